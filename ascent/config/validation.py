@@ -1,0 +1,127 @@
+"""Checks that run before any model is loaded: choices, ranges and batch arithmetic."""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from ascent.config.errors import ConfigError
+from ascent.config.schedule import derive_schedule
+from ascent.config.schema import Config
+from ascent.models.presets import TINY_PRESETS
+
+# Names the library implements. tests/unit/test_config.py pins these to the registries themselves.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "rollout.engine": ("hf",),
+    "algorithm.advantage_estimator": ("grpo",),
+    "algorithm.policy_loss": ("ppo_clip",),
+    "algorithm.loss_aggregation": ("token-mean",),
+    "algorithm.kl_estimator": ("k1", "k2", "k3"),
+    "model.dtype": ("float32", "bfloat16", "float16"),
+    "optim.lr_schedule": ("constant", "linear", "cosine"),
+    "trainer.backend": ("local",),
+    "data.synthetic.name": ("arithmetic",),
+}
+
+
+def validate_config(config: Config) -> None:
+    """Raise ConfigError naming the first inconsistent key and how to fix it."""
+    _check_choices(config)
+    _check_ranges(config)
+    _check_data(config)
+    derive_schedule(config)  # raises on batch sizes that do not divide
+
+
+def _get(config: Config, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _check_choices(config: Config) -> None:
+    for key, options in CHOICES.items():
+        value = _get(config, key)
+        if value is None and key == "data.synthetic.name":
+            continue
+        if value not in options:
+            close = difflib.get_close_matches(str(value), options, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(f"{key}={value!r} is not one of: {', '.join(options)}.{hint}")
+    if config.model.path.startswith("tiny:") and config.model.path[5:] not in TINY_PRESETS:
+        names = ", ".join(f"tiny:{name}" for name in TINY_PRESETS)
+        raise ConfigError(f"model.path={config.model.path!r} is not a built-in preset ({names}).")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", config.trainer.device):
+        raise ConfigError(f"trainer.device={config.trainer.device!r} must be auto, cpu, cuda or cuda:N.")
+
+
+def _positive(key: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{key} must be {bound}, got {value}.")
+
+
+def _check_ranges(config: Config) -> None:
+    rollout, algorithm, optim, trainer = config.rollout, config.algorithm, config.optim, config.trainer
+    for key, value in [
+        ("rollout.samples_per_prompt", rollout.samples_per_prompt),
+        ("rollout.max_response_tokens", rollout.max_response_tokens),
+        ("rollout.temperature", rollout.temperature),
+        ("rollout.val_samples_per_prompt", rollout.val_samples_per_prompt),
+        ("trainer.steps", trainer.steps),
+        ("trainer.prompts_per_step", trainer.prompts_per_step),
+        ("optim.micro_batch_size", optim.micro_batch_size),
+        ("optim.epochs", optim.epochs),
+        ("optim.lr", optim.lr),
+        ("data.max_prompt_tokens", config.data.max_prompt_tokens),
+        ("sft.batch_size", config.sft.batch_size),
+    ]:
+        _positive(key, value)
+    for key, value in [
+        ("rollout.val_temperature", rollout.val_temperature),
+        ("rollout.top_k", rollout.top_k),
+        ("algorithm.kl_coef", algorithm.kl_coef),
+        ("algorithm.clip_high", algorithm.clip_high),
+        ("optim.warmup_steps", optim.warmup_steps),
+        ("optim.max_grad_norm", optim.max_grad_norm),
+        ("optim.mini_batch_size", optim.mini_batch_size),
+        ("trainer.val_every", trainer.val_every),
+        ("trainer.val_max_prompts", trainer.val_max_prompts),
+    ]:
+        _positive(key, value, allow_zero=True)
+    if not 0 < rollout.top_p <= 1:
+        raise ConfigError(f"rollout.top_p must be in (0, 1], got {rollout.top_p}.")
+    if not 0 <= algorithm.clip_low < 1:
+        raise ConfigError(f"algorithm.clip_low must be in [0, 1), got {algorithm.clip_low}.")
+    if not 0 <= optim.min_lr_ratio <= 1:
+        raise ConfigError(f"optim.min_lr_ratio must be in [0, 1], got {optim.min_lr_ratio}.")
+    if len(optim.betas) != 2:
+        raise ConfigError(f"optim.betas must be two numbers, e.g. [0.9, 0.999]; got {optim.betas}.")
+    if algorithm.advantage_estimator == "grpo" and rollout.samples_per_prompt < 2:
+        raise ConfigError(
+            "GRPO compares samples of the same prompt, so rollout.samples_per_prompt must be >= 2 "
+            f"(got {rollout.samples_per_prompt}); 8 is a common choice."
+        )
+
+
+def _check_data(config: Config) -> None:
+    data = config.data
+    if data.synthetic.name and data.train_files:
+        raise ConfigError(
+            "Set either data.train_files or data.synthetic.name, not both "
+            "(e.g. data.synthetic.name=null to train on your files)."
+        )
+    if not data.synthetic.name and not data.train_files:
+        raise ConfigError(
+            "No training data: set data.train_files=[path.parquet] or a built-in task data.synthetic.name=arithmetic."
+        )
+    if not 0 <= data.val_fraction < 1:
+        raise ConfigError(f"data.val_fraction must be in [0, 1), got {data.val_fraction}.")
+    if data.val_files and data.val_fraction:
+        raise ConfigError("Set either data.val_files or data.val_fraction, not both.")
+    synthetic = data.synthetic
+    if synthetic.name and not 1 <= synthetic.min_digits <= synthetic.max_digits:
+        raise ConfigError(
+            "data.synthetic needs 1 <= min_digits <= max_digits, "
+            f"got min_digits={synthetic.min_digits}, max_digits={synthetic.max_digits}."
+        )

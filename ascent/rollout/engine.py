@@ -1,0 +1,33 @@
+"""The RolloutEngine protocol every generation backend implements, and the engine registry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+import torch
+
+from ascent.rollout.trajectories import SamplingParams, Trajectories
+
+
+class RolloutEngine(Protocol):
+    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> Trajectories:
+        """Sample `sampling.samples_per_prompt` responses per prompt; rows of prompt i have group id i."""
+        ...
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load new policy weights (full, unsharded tensors)."""
+        ...
+
+    def sleep(self) -> None:
+        """Free generation memory (KV cache, weights copies) while the trainer uses the device."""
+        ...
+
+    def wake(self) -> None: ...
+
+
+def build_rollout_engine(name: str, model: torch.nn.Module, tokenizer) -> RolloutEngine:
+    from ascent.rollout.hf import HFRolloutEngine
+
+    engines = {"hf": HFRolloutEngine}
+    return engines[name](model, tokenizer)

@@ -1,0 +1,138 @@
+"""The reference rollout engine: Hugging Face `generate` on the policy's own module.
+
+It is the correctness baseline for faster engines: plain sampling with no hidden processors, and
+per-token logprobs taken from the same temperature-scaled distribution the loss assumes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
+
+from ascent.rollout.trajectories import SamplingParams, Trajectories, left_pad, right_pad
+
+
+class HFRolloutEngine:
+    """Generates with the model it was given. Colocated with training, it shares the policy's tensors,
+    so a weight update after an optimizer step has nothing to copy."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer) -> None:
+        self.model = model
+        self.pad_token_id = tokenizer.pad_token_id
+        self.eos_token_ids = _eos_token_ids(model, tokenizer)
+
+    @torch.no_grad()
+    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> Trajectories:
+        device = next(self.model.parameters()).device
+        repeated = [ids for ids in prompt_token_ids for _ in range(sampling.samples_per_prompt)]
+        prompt_ids, prompt_mask = left_pad(repeated, self.pad_token_id)
+        greedy = sampling.temperature == 0
+        recorder = _SampledLogprobs(temperature=1.0 if greedy else sampling.temperature)
+        generation_config = GenerationConfig(
+            do_sample=not greedy,
+            temperature=None if greedy else sampling.temperature,
+            top_p=None if greedy else sampling.top_p,
+            top_k=None if greedy else sampling.top_k,
+            max_new_tokens=sampling.max_tokens,
+            eos_token_id=self.eos_token_ids,
+            pad_token_id=self.pad_token_id,
+        )
+        was_training = self.model.training
+        self.model.eval()
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(sampling.seed)
+            sequences = self.model.generate(
+                input_ids=prompt_ids.to(device),
+                attention_mask=prompt_mask.to(device),
+                generation_config=generation_config,
+                logits_processor=LogitsProcessorList([recorder]),
+            )
+        self.model.train(was_training)
+        generated = sequences[:, prompt_ids.shape[1] :].cpu()
+        logprobs = recorder.logprobs_of(generated)
+        return self._to_trajectories(prompt_ids, prompt_mask, generated, logprobs, sampling)
+
+    def _to_trajectories(self, prompt_ids, prompt_mask, generated, logprobs, sampling) -> Trajectories:
+        responses, finish_reasons = [], []
+        eos = torch.tensor(self.eos_token_ids)
+        for row in generated:
+            stops = torch.isin(row, eos).nonzero()
+            if len(stops):
+                responses.append(row[: int(stops[0]) + 1].tolist())
+                finish_reasons.append("stop")
+            else:
+                responses.append(row.tolist())
+                finish_reasons.append("length")
+        response_ids, response_mask = right_pad(responses, self.pad_token_id)
+        width = response_ids.shape[1]
+        rollout_logprobs = torch.zeros(response_ids.shape, dtype=torch.float32)
+        rollout_logprobs[:, : min(width, logprobs.shape[1])] = logprobs[:, :width]
+        rollout_logprobs *= response_mask
+        num_prompts = len(prompt_ids) // sampling.samples_per_prompt
+        return Trajectories(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            response_ids=response_ids,
+            response_mask=response_mask,
+            loss_mask=response_mask.float(),
+            rollout_logprobs=rollout_logprobs,
+            group_ids=torch.arange(num_prompts).repeat_interleave(sampling.samples_per_prompt),
+            finish_reasons=finish_reasons,
+        )
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        parameters = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                target = parameters[name]
+                if target.data_ptr() != tensor.data_ptr():  # colocated engines share storage: nothing to copy
+                    target.copy_(tensor)
+
+    def sleep(self) -> None:
+        """Nothing to free: HF generate allocates its KV cache per call."""
+
+    def wake(self) -> None:
+        """Nothing to restore."""
+
+
+class _SampledLogprobs(LogitsProcessor):
+    """Records log softmax(logits / T) of each sampled token while `generate` runs.
+
+    Placed after generate's own processors (there are none in our GenerationConfig) and before its
+    temperature/top-p/top-k warpers, it sees the raw logits. Step t's distribution is kept until
+    step t+1 reveals the sampled token in `input_ids`, so memory stays at one [B, V] row block.
+    """
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.previous: torch.Tensor | None = None
+        self.picked: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.previous is not None:
+            self.picked.append(self.previous.gather(-1, input_ids[:, -1:]).squeeze(-1).cpu())
+        self.previous = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def logprobs_of(self, generated: torch.Tensor) -> torch.Tensor:
+        """[B, G] logprobs of the generated tokens (`generate` may run extra steps it then undoes)."""
+        num_generated = generated.shape[1]
+        picked = self.picked[:num_generated]
+        if len(picked) < num_generated and self.previous is not None:
+            last = generated[:, num_generated - 1 : num_generated].to(self.previous.device)
+            picked.append(self.previous.gather(-1, last).squeeze(-1).cpu())
+        if not picked:
+            return torch.zeros(generated.shape, dtype=torch.float32)
+        return torch.stack(picked, dim=1)
+
+
+def _eos_token_ids(model: PreTrainedModel, tokenizer) -> list[int]:
+    ids = {tokenizer.eos_token_id}
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(configured)
+    return sorted(i for i in ids if i is not None)

@@ -1,0 +1,80 @@
+"""Supervised fine-tuning on prompt/response data, with the RL trainer's data, model and policy worker."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+from ascent.config import Config
+from ascent.config.schedule import check_sft_schedule
+from ascent.data.records import PromptRecord
+from ascent.data.sampler import PromptSampler
+from ascent.rollout.trajectories import SamplingParams, Trajectories, left_pad, right_pad
+from ascent.trainer.setup import build_components
+from ascent.trainer.tracking import MetricsLogger, prepare_run_dir, timed
+from ascent.trainer.validation import validate
+
+logger = logging.getLogger(__name__)
+
+
+def sft_batch(records: list[PromptRecord], tokenizer, max_response_tokens: int) -> Trajectories:
+    """Prompt token ids plus the target response (`response`, else `answer`) and EOS, trained on the target."""
+    targets = []
+    for record in records:
+        text = record.response if record.response is not None else str(record.ground_truth)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"][: max_response_tokens - 1]
+        targets.append([*ids, tokenizer.eos_token_id])
+    prompt_ids, prompt_mask = left_pad([record.prompt_token_ids for record in records], tokenizer.pad_token_id)
+    response_ids, response_mask = right_pad(targets, tokenizer.pad_token_id)
+    return Trajectories(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=response_ids,
+        response_mask=response_mask,
+        loss_mask=response_mask.float(),
+        rollout_logprobs=torch.zeros(response_ids.shape),
+        group_ids=torch.arange(len(records)),
+        finish_reasons=["stop"] * len(records),
+    )
+
+
+def train_sft(config: Config) -> Path:
+    check_sft_schedule(config)
+    run_dir = prepare_run_dir(config, "sft")
+    parts = build_components(config)
+    tokenizer, data, policy = parts.tokenizer, parts.data, parts.policy
+    sampler = PromptSampler(len(data.train), config.data.seed, config.data.shuffle)
+    max_tokens = config.rollout.max_response_tokens
+    sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0, seed=config.trainer.seed)
+    trainer = config.trainer
+    metrics_logger = MetricsLogger(run_dir, trainer.steps, trainer.progress_bar)
+
+    def validation_metrics() -> dict[str, float]:
+        start = time.perf_counter()
+        records = data.val[: trainer.val_max_prompts or len(data.val)]
+        metrics = validate(policy, records, parts.rewards, tokenizer, sampling)
+        batch = sft_batch(records, tokenizer, max_tokens)
+        logprobs = policy.call("compute_logprobs", batch)
+        metrics["val/nll"] = float(-(logprobs * batch.loss_mask).sum() / batch.loss_mask.sum())
+        return metrics | {"timing/validation": time.perf_counter() - start}
+
+    if data.val:
+        metrics_logger.log(0, validation_metrics())
+    for step in range(1, trainer.steps + 1):
+        timings: dict[str, float] = {}
+        with timed(timings, "step"):
+            records = [data.train[i] for i in sampler.next_indices(config.sft.batch_size)]
+            update = policy.call("update", sft_batch(records, tokenizer, max_tokens), objective="sft")
+        metrics = {"sft/nll": update.pop("nll")} | {f"policy/{name}": value for name, value in update.items()}
+        if data.val and (step == trainer.steps or (trainer.val_every and step % trainer.val_every == 0)):
+            metrics |= validation_metrics()
+        metrics_logger.log(step, metrics | timings)
+    metrics_logger.close()
+    policy.call("save_pretrained", run_dir / "final")
+    logger.info(
+        "SFT model saved to %s (train on it: ascent train CONFIG model.path=%s)", run_dir / "final", run_dir / "final"
+    )
+    return run_dir

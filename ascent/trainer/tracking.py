@@ -1,0 +1,93 @@
+"""Run directory, metrics to the console and `metrics.jsonl`, a progress bar with ETA, stage timers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ascent.config import Config, to_yaml
+
+logger = logging.getLogger("ascent")
+
+# What the console line shows, in order, when present: (metric, label, format).
+CONSOLE_METRICS = [
+    ("reward/mean", "reward", "{:.3f}"),
+    ("reward/accuracy", "acc", "{:.3f}"),
+    ("val/accuracy", "val_acc", "{:.3f}"),
+    ("sft/nll", "nll", "{:.4f}"),
+    ("val/nll", "val_nll", "{:.4f}"),
+    ("response_length/mean", "len", "{:.1f}"),
+    ("policy/entropy", "entropy", "{:.3f}"),
+    ("policy/kl_ref", "kl", "{:.4f}"),
+    ("policy/clip_frac_high", "clip_hi", "{:.3f}"),
+    ("policy/grad_norm", "grad", "{:.3f}"),
+    ("reward/errors", "reward_errors", "{:.0f}"),
+    ("timing/step", "s/step", "{:.2f}"),
+]
+
+
+def prepare_run_dir(config: Config, kind: str) -> Path:
+    """Create the run directory (default runs/<run_name>-<time>), save the resolved config, log to a file."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(config.trainer.output_dir or f"runs/{config.trainer.run_name}-{kind}-{stamp}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(to_yaml(config))
+    configure_logging(run_dir / "train.log")
+    return run_dir
+
+
+def configure_logging(log_file: Path | None = None) -> None:
+    root = logging.getLogger()
+    if not any(getattr(handler, "_ascent", False) for handler in root.handlers):
+        console = logging.StreamHandler()
+        console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+        console._ascent = True
+        root.addHandler(console)
+        root.setLevel(logging.INFO)
+    if log_file is not None:
+        handler = logging.FileHandler(log_file)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+
+
+class MetricsLogger:
+    """One JSON line per step in `metrics.jsonl`, one short line per step on the console."""
+
+    def __init__(self, run_dir: Path, total_steps: int, progress_bar: bool = True) -> None:
+        self.file = (run_dir / "metrics.jsonl").open("a")
+        self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, disable=not progress_bar)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        clean = {name: _jsonable(value) for name, value in sorted(metrics.items())}
+        self.file.write(json.dumps({"step": step, **clean}) + "\n")
+        self.file.flush()
+        parts = [f"{label} {fmt.format(metrics[name])}" for name, label, fmt in CONSOLE_METRICS if name in metrics]
+        self.bar.write(f"step {step:>4} | " + " | ".join(parts))
+        if step > 0:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.file.close()
+
+
+def _jsonable(value: float) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+@contextmanager
+def timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[f"timing/{name}"] = time.perf_counter() - start

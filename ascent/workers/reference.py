@@ -1,0 +1,24 @@
+"""The reference worker: a frozen copy of the initial policy, for the KL term."""
+
+from __future__ import annotations
+
+import torch
+
+from ascent.config.schema import Config
+from ascent.models.builders import DTYPES, build_model
+from ascent.rollout.trajectories import Trajectories
+from ascent.workers.logprobs import compute_response_logprobs
+
+
+class ReferenceWorker:
+    def __init__(self, config: Config, tokenizer, device: torch.device) -> None:
+        model = build_model(
+            config.model.path, tokenizer, config.model.dtype, config.trainer.seed, config.model.trust_remote_code
+        )
+        self.model = model.to(device=device, dtype=DTYPES[config.model.dtype]).eval().requires_grad_(False)
+        self.micro_batch_size = config.optim.micro_batch_size
+        self.temperature = config.rollout.temperature
+
+    def compute_logprobs(self, batch: Trajectories) -> torch.Tensor:
+        logprobs, _ = compute_response_logprobs(self.model, batch, self.micro_batch_size, self.temperature)
+        return logprobs
