@@ -33,11 +33,14 @@ def load_config(paths: list[str | Path] = (), overrides: list[str] = ()) -> Conf
 
 
 def parse_override(text: str) -> dict[str, Any]:
-    """`trainer.steps=3` -> {"trainer": {"steps": 3}}; the value is parsed as YAML."""
+    """`trainer.steps=3` -> {"trainer": {"steps": 3}}; the value is parsed as YAML, else kept as text."""
     key, sep, raw_value = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"Override {text!r} is not of the form dotted.key=value (e.g. trainer.steps=3).")
-    value = yaml.safe_load(raw_value) if raw_value.strip() else None
+    try:
+        value = yaml.safe_load(raw_value) if raw_value.strip() else None
+    except yaml.YAMLError:  # not YAML (e.g. "{a}{op}{b}="): take the text as it is
+        value = raw_value
     nested: dict[str, Any] = {}
     node = nested
     parts = key.strip().split(".")

@@ -19,6 +19,8 @@ class SyntheticTaskConfig:
     num_val: int = 200
     min_digits: int = 1
     max_digits: int = 2
+    operations: list[str] = field(default_factory=lambda: ["+", "-"])
+    question_format: str = "What is {a} {op} {b}? Answer in \\boxed{{}}."  # str.format with a, op, b
     seed: int = 1234
 
 

@@ -120,6 +120,18 @@ def _check_data(config: Config) -> None:
     if data.val_files and data.val_fraction:
         raise ConfigError("Set either data.val_files or data.val_fraction, not both.")
     synthetic = data.synthetic
+    unknown = sorted(set(synthetic.operations) - {"+", "-"})
+    if synthetic.name and (unknown or not synthetic.operations):
+        raise ConfigError(
+            f"data.synthetic.operations must be a non-empty list of '+' and '-', got {synthetic.operations}."
+        )
+    try:
+        synthetic.question_format.format(a=1, op="+", b=2)
+    except (KeyError, IndexError, ValueError) as error:
+        raise ConfigError(
+            f"data.synthetic.question_format={synthetic.question_format!r} is not a str.format template "
+            f"with fields {{a}}, {{op}}, {{b}} ({error!r}); write literal braces as {{{{ }}}}."
+        ) from error
     if synthetic.name and not 1 <= synthetic.min_digits <= synthetic.max_digits:
         raise ConfigError(
             "data.synthetic needs 1 <= min_digits <= max_digits, "

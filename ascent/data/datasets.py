@@ -39,6 +39,8 @@ def _load_records(config: DataConfig) -> tuple[list[PromptRecord], list[PromptRe
             synthetic.seed,
             min_digits=synthetic.min_digits,
             max_digits=synthetic.max_digits,
+            operations=synthetic.operations,
+            question_format=synthetic.question_format,
         )
     train = [record for path in config.train_files for record in read_records(path)]
     if config.val_files:

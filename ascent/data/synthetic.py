@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from ascent.data.records import PromptRecord
 
 ARITHMETIC_SOURCE = "ascent/arithmetic"
 
 
+DEFAULT_QUESTION = "What is {a} {op} {b}? Answer in \\boxed{{}}."
+
+
 def arithmetic_records(
-    count: int, seed: int, min_digits: int = 1, max_digits: int = 2, operations: str = "+-"
+    count: int,
+    seed: int,
+    min_digits: int = 1,
+    max_digits: int = 2,
+    operations: Sequence[str] = ("+", "-"),
+    question_format: str = DEFAULT_QUESTION,
 ) -> list[PromptRecord]:
     """`a op b` with operands of min..max digits; the answer goes in \\boxed{}; `response` is the SFT target."""
     rng = random.Random(seed)
@@ -21,7 +30,7 @@ def arithmetic_records(
         answer = a + b if operation == "+" else a - b
         records.append(
             PromptRecord(
-                messages=[{"role": "user", "content": f"What is {a} {operation} {b}? Answer in \\boxed{{}}."}],
+                messages=[{"role": "user", "content": question_format.format(a=a, op=operation, b=b)}],
                 ground_truth=str(answer),
                 data_source=ARITHMETIC_SOURCE,
                 response=f"\\boxed{{{answer}}}",
@@ -36,17 +45,27 @@ def _number(rng: random.Random, min_digits: int, max_digits: int) -> int:
 
 
 def synthetic_split(
-    num_train: int, num_val: int, seed: int, min_digits: int, max_digits: int
+    num_train: int,
+    num_val: int,
+    seed: int,
+    min_digits: int,
+    max_digits: int,
+    operations: Sequence[str] = ("+", "-"),
+    question_format: str = DEFAULT_QUESTION,
 ) -> tuple[list[PromptRecord], list[PromptRecord]]:
     """Train and validation sets with no validation question among the training ones, so validation
     measures generalisation. With a small problem space (one-digit operands: 200 questions), training
     draws with repetition from what remains after the validation questions are set aside."""
-    val = _distinct(arithmetic_records(num_val * 4, seed + 1, min_digits, max_digits))[:num_val]
+    val = _distinct(arithmetic_records(num_val * 4, seed + 1, min_digits, max_digits, operations, question_format))[
+        :num_val
+    ]
     held_out = {record.messages[0]["content"] for record in val}
     train: list[PromptRecord] = []
     attempt = 0
     while len(train) < num_train and attempt < 100:
-        batch = arithmetic_records(num_train, seed + 1000 * attempt, min_digits, max_digits)
+        batch = arithmetic_records(
+            num_train, seed + 1000 * attempt, min_digits, max_digits, operations, question_format
+        )
         train += [record for record in batch if record.messages[0]["content"] not in held_out]
         attempt += 1
     if not train:

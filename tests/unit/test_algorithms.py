@@ -96,8 +96,16 @@ def test_nll_loss_is_mean_negative_logprob_of_targets():
 
 @pytest.mark.parametrize(
     ("step", "schedule", "expected"),
-    [(0, "constant", 0.25), (3, "constant", 1.0), (9, "constant", 1.0), (4, "linear", 1.0), (14, "linear", 0.55),
-     (24, "linear", 0.1), (14, "cosine", 0.55), (24, "cosine", 0.1)],
+    [
+        (0, "constant", 0.25),
+        (3, "constant", 1.0),
+        (9, "constant", 1.0),
+        (4, "linear", 1.0),
+        (14, "linear", 0.55),
+        (24, "linear", 0.1),
+        (14, "cosine", 0.55),
+        (24, "cosine", 0.1),
+    ],
 )
 def test_lr_multiplier(step, schedule, expected):
     # warm-up 4 steps, 24 steps in all, decay to 10 %

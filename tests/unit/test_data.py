@@ -173,9 +173,6 @@ def test_reward_model_without_ground_truth_names_file_row_and_column(tmp_path):
     assert f"{path} row 1, column 'reward_model'" in message and "'ground_truth'" in message
 
 
-@pytest.mark.xfail(
-    strict=True, reason="records.py accepts ground_truth=None, which Parquet writes for a row missing the key"
-)
 def test_parquet_row_without_ground_truth_is_an_error(tmp_path):
     bad = {**VERL_ROWS[1], "reward_model": {"style": "rule"}}
     path = write_parquet(tmp_path / "d.parquet", [VERL_ROWS[0], bad])

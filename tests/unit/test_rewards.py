@@ -48,9 +48,6 @@ def test_last_box_counts():
     assert arithmetic.last_boxed("no box") is None
 
 
-@pytest.mark.xfail(
-    strict=True, raises=ValueError, reason="arithmetic.py: '--5'.lstrip('-').isdigit() passes, int() raises"
-)
 def test_malformed_number_scores_zero_instead_of_raising():
     assert score("\\boxed{--5}", "-5")["score"] == 0.0
 

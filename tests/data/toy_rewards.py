@@ -1,0 +1,12 @@
+"""Reward functions for end-to-end tests (verl's compute_score signature)."""
+
+
+def count_sevens(data_source, solution_str, ground_truth, extra_info=None):
+    """Trivially learnable: the share of characters that are '7'."""
+    return solution_str.count("7") / max(1, len(solution_str))
+
+
+def sometimes_raises(data_source, solution_str, ground_truth, extra_info=None):
+    if "1" in solution_str:
+        raise RuntimeError("this reward function is broken on purpose")
+    return 0.5
