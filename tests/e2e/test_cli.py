@@ -62,7 +62,8 @@ def test_verl_parquet_and_reward_file_train_unchanged(tmp_path):
             f"data.train_files=[{parquet}]", f"data.val_files=[{parquet}]",
             f"reward.function={DATA / 'verl_reward.py'}:compute_score",
             "rollout.max_response_tokens=6", "rollout.samples_per_prompt=2",
-            "trainer.prompts_per_step=2", "trainer.steps=2", f"trainer.output_dir={run_dir}",
+            "trainer.prompts_per_step=2", "trainer.steps=2", "optim.micro_batch_size=2",
+            f"trainer.output_dir={run_dir}",
         ]
     )  # fmt: skip
     assert code == 0
