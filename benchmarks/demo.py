@@ -43,8 +43,10 @@ def report(wall_times: dict[str, float]) -> None:
     print(f"  accuracy after SFT = before GRPO    {validations[0]['val/accuracy']:.3f}")
     print(f"  accuracy after GRPO                 {validations[-1]['val/accuracy']:.3f}")
     print(f"  best accuracy during GRPO           {max(v['val/accuracy'] for v in validations):.3f}")
-    print(f"  GRPO train reward first/last 10     {statistics.fmean(e['reward/mean'] for e in steps[:10]):.3f}"
-          f" -> {statistics.fmean(e['reward/mean'] for e in steps[-10:]):.3f}")
+    print(
+        f"  GRPO train reward first/last 10     {statistics.fmean(e['reward/mean'] for e in steps[:10]):.3f}"
+        f" -> {statistics.fmean(e['reward/mean'] for e in steps[-10:]):.3f}"
+    )
     print(f"  GRPO step time (median)             {statistics.median(e['timing/step'] for e in steps):.3f} s")
     for stage in ("rollout", "score", "logprobs", "update", "sync_weights"):
         print(f"    {stage:<32}  {statistics.median(e['timing/' + stage] for e in steps):.3f} s")

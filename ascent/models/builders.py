@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, PreTrainedTokenizerBase, Qwen2Config
 
+from ascent.config.schema import ModelConfig
 from ascent.models.presets import TINY_PRESETS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -38,6 +39,10 @@ def build_model(
         model.generation_config.eos_token_id = tokenizer.eos_token_id
         return model
     return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
+
+
+def build_model_from_config(config: ModelConfig, tokenizer: PreTrainedTokenizerBase, seed: int) -> PreTrainedModel:
+    return build_model(config.path, tokenizer, config.dtype, seed, config.trust_remote_code)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -7,6 +7,7 @@ from typing import Protocol
 
 import torch
 
+from ascent.rollout.hf import HFRolloutEngine
 from ascent.rollout.trajectories import SamplingParams, Trajectories
 
 
@@ -26,8 +27,8 @@ class RolloutEngine(Protocol):
     def wake(self) -> None: ...
 
 
-def build_rollout_engine(name: str, model: torch.nn.Module, tokenizer) -> RolloutEngine:
-    from ascent.rollout.hf import HFRolloutEngine
+ROLLOUT_ENGINES = {"hf": HFRolloutEngine}
 
-    engines = {"hf": HFRolloutEngine}
-    return engines[name](model, tokenizer)
+
+def build_rollout_engine(name: str, model: torch.nn.Module, tokenizer) -> RolloutEngine:
+    return ROLLOUT_ENGINES[name](model, tokenizer)

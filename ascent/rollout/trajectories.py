@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -41,7 +41,6 @@ class Trajectories:
     advantages: torch.Tensor | None = None  # [B, R] float32
     old_logprobs: torch.Tensor | None = None  # [B, R] float32, policy before this step's updates
     ref_logprobs: torch.Tensor | None = None  # [B, R] float32, reference model
-    extras: dict[str, list] = field(default_factory=dict)  # per-sample Python values (text, data source, ...)
 
     def __len__(self) -> int:
         return self.prompt_ids.shape[0]
@@ -61,8 +60,6 @@ class Trajectories:
                 changes[f.name] = value[index.to(value.device)]
             elif f.name == "finish_reasons":
                 changes[f.name] = [value[i] for i in rows]
-            elif f.name == "extras":
-                changes[f.name] = {key: [column[i] for i in rows] for key, column in value.items()}
         return dataclasses.replace(self, **changes)
 
     def split(self, size: int) -> list[Trajectories]:

@@ -16,7 +16,7 @@ from ascent.data.sampler import PromptSampler
 from ascent.rollout.trajectories import SamplingParams, Trajectories
 from ascent.trainer.setup import build_components
 from ascent.trainer.tracking import MetricsLogger, prepare_run_dir, timed
-from ascent.trainer.validation import decode_responses, reward_metrics, validate
+from ascent.trainer.validation import decode_responses, is_validation_step, reward_metrics, validate
 from ascent.workers.reference import ReferenceWorker
 
 logger = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class RLTrainer:
             self._log(metrics_logger, 0, self.validate())
         for step in range(1, trainer.steps + 1):
             metrics = self.train_step(step)
-            if self.data.val and (step == trainer.steps or (trainer.val_every and step % trainer.val_every == 0)):
+            if self.data.val and is_validation_step(step, trainer.steps, trainer.val_every):
                 metrics |= self.validate()
             self._log(metrics_logger, step, metrics)
         metrics_logger.close()

@@ -15,7 +15,7 @@ from ascent.data.sampler import PromptSampler
 from ascent.rollout.trajectories import SamplingParams, Trajectories, left_pad, right_pad
 from ascent.trainer.setup import build_components
 from ascent.trainer.tracking import MetricsLogger, prepare_run_dir, timed
-from ascent.trainer.validation import validate
+from ascent.trainer.validation import is_validation_step, validate
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def train_sft(config: Config) -> Path:
             records = [data.train[i] for i in sampler.next_indices(config.sft.batch_size)]
             update = policy.call("update", sft_batch(records, tokenizer, max_tokens), objective="sft")
         metrics = {"sft/nll": update.pop("nll")} | {f"policy/{name}": value for name, value in update.items()}
-        if data.val and (step == trainer.steps or (trainer.val_every and step % trainer.val_every == 0)):
+        if data.val and is_validation_step(step, trainer.steps, trainer.val_every):
             metrics |= validation_metrics()
         metrics_logger.log(step, metrics | timings)
     metrics_logger.close()

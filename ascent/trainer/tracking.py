@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,14 +63,22 @@ class MetricsLogger:
     """One JSON line per step in `metrics.jsonl`, one short line per step on the console."""
 
     def __init__(self, run_dir: Path, total_steps: int, progress_bar: bool = True) -> None:
-        self.file = (run_dir / "metrics.jsonl").open("a")
-        self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, disable=not progress_bar)
+        self.file = (run_dir / "metrics.jsonl").open("w")  # a rerun into the same directory starts afresh
+        self.total_steps = total_steps
+        self.start = time.perf_counter()
+        # The bar redraws in place on a terminal; in a log file the per-step line (with its ETA) is enough.
+        self.bar = tqdm(
+            total=total_steps, unit="step", dynamic_ncols=True, disable=not (progress_bar and sys.stderr.isatty())
+        )
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         clean = {name: _jsonable(value) for name, value in sorted(metrics.items())}
         self.file.write(json.dumps({"step": step, **clean}) + "\n")
         self.file.flush()
         parts = [f"{label} {fmt.format(metrics[name])}" for name, label, fmt in CONSOLE_METRICS if name in metrics]
+        if step > 0:
+            remaining = (time.perf_counter() - self.start) / step * (self.total_steps - step)
+            parts.append(f"eta {int(remaining) // 60}:{int(remaining) % 60:02d}")
         self.bar.write(f"step {step:>4} | " + " | ".join(parts))
         if step > 0:
             self.bar.update(1)

@@ -12,6 +12,11 @@ from ascent.rollout.trajectories import SamplingParams, Trajectories
 _PROMPTS_PER_CHUNK = 256
 
 
+def is_validation_step(step: int, total_steps: int, val_every: int) -> bool:
+    """Validate every `val_every` steps (0 = never) and after the last step."""
+    return step == total_steps or (val_every > 0 and step % val_every == 0)
+
+
 def decode_responses(trajectories: Trajectories, tokenizer) -> list[str]:
     lengths = trajectories.response_lengths.tolist()
     return [

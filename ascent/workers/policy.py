@@ -11,7 +11,7 @@ import torch
 from ascent.algorithms.kl import kl_penalty
 from ascent.algorithms.losses import POLICY_LOSSES, LossOutput, aggregate_token_losses, nll_loss
 from ascent.config.schema import Config
-from ascent.models.builders import build_model
+from ascent.models.builders import build_model_from_config
 from ascent.models.logprobs import entropy_from_logits, response_logits, token_logprobs
 from ascent.rollout.engine import build_rollout_engine
 from ascent.rollout.trajectories import SamplingParams, Trajectories
@@ -25,9 +25,7 @@ class PolicyWorker:
     def __init__(self, config: Config, tokenizer, device: torch.device, total_steps: int) -> None:
         self.config = config
         self.tokenizer = tokenizer
-        model = build_model(
-            config.model.path, tokenizer, config.model.dtype, config.trainer.seed, config.model.trust_remote_code
-        )
+        model = build_model_from_config(config.model, tokenizer, config.trainer.seed)
         if config.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         self.model = model.to(device).train()

@@ -5,17 +5,15 @@ from __future__ import annotations
 import torch
 
 from ascent.config.schema import Config
-from ascent.models.builders import DTYPES, build_model
+from ascent.models.builders import build_model_from_config
 from ascent.rollout.trajectories import Trajectories
 from ascent.workers.logprobs import compute_response_logprobs
 
 
 class ReferenceWorker:
     def __init__(self, config: Config, tokenizer, device: torch.device) -> None:
-        model = build_model(
-            config.model.path, tokenizer, config.model.dtype, config.trainer.seed, config.model.trust_remote_code
-        )
-        self.model = model.to(device=device, dtype=DTYPES[config.model.dtype]).eval().requires_grad_(False)
+        model = build_model_from_config(config.model, tokenizer, config.trainer.seed)
+        self.model = model.to(device).eval().requires_grad_(False)
         self.micro_batch_size = config.optim.micro_batch_size
         self.temperature = config.rollout.temperature
 

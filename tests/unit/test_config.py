@@ -11,6 +11,7 @@ import ascent.algorithms.advantages
 import ascent.algorithms.kl
 import ascent.algorithms.losses
 import ascent.models.builders
+import ascent.rollout.engine
 from ascent.config import ConfigError, derive_schedule, load_config, to_yaml
 from ascent.config.loader import parse_override
 from ascent.config.schema import Config, OptimConfig, RolloutConfig
@@ -240,6 +241,7 @@ def test_choices_match_the_registries():
     assert CHOICES["algorithm.policy_loss"] == tuple(ascent.algorithms.losses.POLICY_LOSSES)
     assert CHOICES["algorithm.kl_estimator"] == ascent.algorithms.kl.KL_ESTIMATORS
     assert CHOICES["model.dtype"] == tuple(ascent.models.builders.DTYPES)
+    assert CHOICES["rollout.engine"] == tuple(ascent.rollout.engine.ROLLOUT_ENGINES)
 
 
 # ---- command line -------------------------------------------------------------------------------------------
@@ -257,7 +259,7 @@ def test_cli_dry_run_prints_the_schedule_quickly():
     elapsed = time.perf_counter() - start
     assert result.returncode == 0, result.stderr
     assert "samples per step" in result.stdout
-    assert "256 (32 prompts x 8 samples)" in result.stdout  # examples/demo.yaml: 32 prompts x 8 samples
+    assert "512 (64 prompts x 8 samples)" in result.stdout  # examples/demo.yaml: 64 prompts x 8 samples
     assert elapsed < 2.0
 
 
