@@ -1,6 +1,7 @@
 """Build a `Config` from YAML files and dotted overrides, checking every key and type.
 
-Precedence: dataclass defaults < YAML files (left to right) < `dotted.key=value` overrides.
+Precedence: dataclass defaults < YAML files (left to right) < `dotted.key=value` overrides. A file or
+override that sets `algorithm.name` first resets the algorithm section to that preset (see `apply_preset`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import yaml
 
 from ascent.config.errors import ConfigError
+from ascent.config.presets import ALGORITHM_PRESETS, preset_section
 from ascent.config.schema import Config
 
 
@@ -22,14 +24,30 @@ def load_config(paths: list[str | Path] = (), overrides: list[str] = ()) -> Conf
     """Merge YAML files and `key=value` overrides onto the defaults, then validate."""
     from ascent.config.validation import validate_config
 
+    layers = [_read_yaml(Path(path)) for path in paths] + [parse_override(override) for override in overrides]
     merged: dict[str, Any] = {}
-    for path in paths:
-        merged = _deep_merge(merged, _read_yaml(Path(path)))
-    for override in overrides:
-        merged = _deep_merge(merged, parse_override(override))
+    for layer in layers:
+        merged = _deep_merge(apply_preset(merged, layer), layer)
     config = from_dict(Config, merged)
     validate_config(config)
     return config
+
+
+def apply_preset(merged: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    """When `layer` names a preset (algorithm.name), replace the algorithm section built so far by the preset's.
+
+    So `ascent train recipe.yaml algorithm.name=ppo` is PPO whatever algorithm keys recipe.yaml set, while
+    keys given next to the name, or after it, still override the preset.
+    """
+    algorithm = layer.get("algorithm")
+    name = algorithm.get("name") if isinstance(algorithm, dict) else None
+    if name is None:
+        return merged
+    if name not in ALGORITHM_PRESETS:
+        close = difflib.get_close_matches(str(name), list(ALGORITHM_PRESETS), n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"algorithm.name={name!r} is not one of: {', '.join(ALGORITHM_PRESETS)}.{hint}")
+    return {**merged, "algorithm": preset_section(name)}
 
 
 def parse_override(text: str) -> dict[str, Any]:
@@ -96,7 +114,9 @@ def _unknown_key_message(key: str) -> str:
     matches = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
     if not matches:  # a misspelt section: compare the last part against keys of any section
         leaf = key.rsplit(".", 1)[-1]
-        by_leaf = {k.rsplit(".", 1)[-1]: k for k in candidates}
+        by_leaf: dict[str, str] = {}
+        for candidate in candidates:  # a leaf name in several sections suggests the first (optim.lr, not critic.lr)
+            by_leaf.setdefault(candidate.rsplit(".", 1)[-1], candidate)
         matches = [by_leaf[m] for m in difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.6)]
     hint = f" Did you mean '{matches[0]}'?" if matches else ""
     return f"Unknown config key '{key}'.{hint} (`ascent train CONFIG --dry-run` prints every key.)"

@@ -61,16 +61,64 @@ class RolloutConfig:
 
 
 @dataclass
+class KLConfig:
+    """KL(policy || reference); any coef > 0 loads a frozen copy of the initial policy as the reference."""
+
+    coef: float = 0.0  # initial coefficient; 0 = no KL term and no reference model
+    estimator: str = "k3"  # k1 | abs | k2 | k3 | k1+ | abs+ | k3+ (straight-through: value of one, gradient of k2)
+    placement: str = "loss"  # loss: coef * KL added to the policy loss | reward: subtracted from token rewards
+    controller: str = "fixed"  # fixed | adaptive (Ziegler et al. 2019: steer the observed KL to `target`)
+    target: float = 0.1  # adaptive: target KL per token
+    horizon: int = 10000  # adaptive: samples over which the coefficient can move by a factor of e^0.2
+
+
+@dataclass
+class EntropyConfig:
+    """Entropy bonus: coef * entropy is subtracted from the loss."""
+
+    coef: float = 0.0  # the bonus coefficient; with `adaptive`, its starting value
+    adaptive: bool = False  # Skywork-OR1 adaptive entropy control: steer entropy towards `target`
+    target: float = 0.2  # adaptive: target mean token entropy (nats)
+    delta: float = 1e-4  # adaptive: coefficient change per step
+    max_coef: float = 0.005  # adaptive: upper bound of the coefficient
+
+
+@dataclass
 class AlgorithmConfig:
-    advantage_estimator: str = "grpo"
-    std_normalize: bool = True  # GRPO divides by the group std; False = Dr.GRPO
-    policy_loss: str = "ppo_clip"
+    name: str | None = None  # preset (ppo, grpo, dapo, ...; see docs/algorithms.md): sets the keys below
+    advantage_estimator: str = "grpo"  # gae | grpo | rloo | reinforce_pp | reinforce_pp_baseline | remax | ...
+    std_normalize: bool = True  # grpo/gpg/grpo_passk divide by the group std; False = Dr.GRPO
+    gamma: float = 1.0  # discount per token (gae, reinforce_pp)
+    lam: float = 1.0  # GAE lambda
+    policy_loss: str = "ppo_clip"  # ppo_clip | gspo | cispo | gpg | gmpo | sapo | clip_cov | kl_cov | dro
     clip_low: float = 0.2  # ratio floor is 1 - clip_low
     clip_high: float = 0.2  # ratio ceiling is 1 + clip_high
-    loss_aggregation: str = "token-mean"
-    kl_coef: float = 0.0  # > 0 adds coef * KL(policy || reference) to the loss and loads a reference model
-    kl_estimator: str = "k3"  # k1 | k2 | k3
-    entropy_coef: float = 0.0  # > 0 subtracts coef * entropy from the loss
+    dual_clip: float = 3.0  # ppo_clip: bound the loss of negative-advantage tokens at dual_clip * |A|; 0 = off
+    sapo_tau_positive: float = 1.0  # sapo: gate temperature for positive advantages
+    sapo_tau_negative: float = 1.05  # sapo: gate temperature for negative advantages
+    cov_fraction: float = 2e-4  # clip_cov / kl_cov: fraction of trained tokens selected by covariance
+    cov_lower: float = 1.0  # clip_cov: covariance window (lower bound) of the candidate tokens
+    cov_upper: float = 5.0  # clip_cov: covariance window (upper bound)
+    cov_kl_coef: float = 0.1  # kl_cov: coefficient of |log ratio| on the selected tokens
+    dro_beta: float = 0.05  # dro: coefficient of the squared log-ratio penalty
+    loss_aggregation: str = "token-mean"  # token-mean | token-sum | seq-mean-token-sum | seq-mean-token-mean | ...
+    tis_cap: float = 0.0  # > 0: truncated importance sampling, weight min(p_train / p_rollout, tis_cap)
+    kl: KLConfig = field(default_factory=KLConfig)
+    entropy: EntropyConfig = field(default_factory=EntropyConfig)
+    group_filter: str = "none"  # none | dynamic (DAPO: drop constant groups, sample more) | drop (Skywork-OR1)
+    max_generation_rounds: int = 10  # dynamic: rollout rounds per step before training on what there is
+    overlong_buffer_fraction: float = 0.0  # DAPO soft overlong penalty over the last fraction of the length budget
+    overlong_penalty: float = 1.0  # the penalty at max_response_tokens
+    mask_truncated: bool = False  # DAPO overlong filtering: samples that hit the length limit get no loss
+
+
+@dataclass
+class CriticConfig:
+    """The value model of PPO (advantage_estimator=gae): the policy's transformer body plus a scalar head."""
+
+    path: str | None = None  # None = initialise the body from model.path; the head always starts fresh
+    lr: float = 1e-5
+    value_clip: float = 0.5  # clipped value loss: the new value stays within value_clip of the old one
 
 
 @dataclass
@@ -121,6 +169,7 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)

@@ -13,15 +13,25 @@ from ascent.models.presets import TINY_PRESETS
 # Names the library implements. tests/unit/test_config.py pins these to the registries themselves.
 CHOICES: dict[str, tuple[str, ...]] = {
     "rollout.engine": ("hf",),
-    "algorithm.advantage_estimator": ("grpo",),
-    "algorithm.policy_loss": ("ppo_clip",),
-    "algorithm.loss_aggregation": ("token-mean",),
-    "algorithm.kl_estimator": ("k1", "k2", "k3"),
+    "algorithm.advantage_estimator": (
+        "grpo", "rloo", "opo", "gpg", "grpo_passk", "gae", "reinforce_pp", "reinforce_pp_baseline", "remax",
+    ),
+    "algorithm.policy_loss": ("ppo_clip", "gspo", "cispo", "gpg", "gmpo", "sapo", "clip_cov", "kl_cov", "dro"),
+    "algorithm.loss_aggregation": (
+        "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm",
+    ),
+    "algorithm.kl.estimator": ("k1", "abs", "k2", "k3", "k1+", "abs+", "k3+"),
+    "algorithm.kl.placement": ("loss", "reward"),
+    "algorithm.kl.controller": ("fixed", "adaptive"),
+    "algorithm.group_filter": ("none", "dynamic", "drop"),
     "model.dtype": ("float32", "bfloat16", "float16"),
     "optim.lr_schedule": ("constant", "linear", "cosine"),
     "trainer.backend": ("local",),
     "data.synthetic.name": ("arithmetic",),
-}
+}  # fmt: skip
+
+# Estimators that compare the samples of one prompt, and so need several samples per prompt.
+GROUP_ESTIMATORS = ("grpo", "rloo", "opo", "gpg", "grpo_passk", "reinforce_pp_baseline")
 
 
 def validate_config(config: Config) -> None:
@@ -80,8 +90,15 @@ def _check_ranges(config: Config) -> None:
     for key, value in [
         ("rollout.val_temperature", rollout.val_temperature),
         ("rollout.top_k", rollout.top_k),
-        ("algorithm.kl_coef", algorithm.kl_coef),
+        ("algorithm.kl.coef", algorithm.kl.coef),
         ("algorithm.clip_high", algorithm.clip_high),
+        ("algorithm.tis_cap", algorithm.tis_cap),
+        ("algorithm.entropy.coef", algorithm.entropy.coef),
+        ("algorithm.entropy.delta", algorithm.entropy.delta),
+        ("algorithm.overlong_penalty", algorithm.overlong_penalty),
+        ("algorithm.dro_beta", algorithm.dro_beta),
+        ("algorithm.cov_kl_coef", algorithm.cov_kl_coef),
+        ("critic.value_clip", config.critic.value_clip),
         ("optim.warmup_steps", optim.warmup_steps),
         ("optim.max_grad_norm", optim.max_grad_norm),
         ("optim.mini_batch_size", optim.mini_batch_size),
@@ -89,17 +106,51 @@ def _check_ranges(config: Config) -> None:
         ("trainer.val_max_prompts", trainer.val_max_prompts),
     ]:
         _positive(key, value, allow_zero=True)
-    if not 0 < rollout.top_p <= 1:
-        raise ConfigError(f"rollout.top_p must be in (0, 1], got {rollout.top_p}.")
-    if not 0 <= algorithm.clip_low < 1:
-        raise ConfigError(f"algorithm.clip_low must be in [0, 1), got {algorithm.clip_low}.")
-    if not 0 <= optim.min_lr_ratio <= 1:
-        raise ConfigError(f"optim.min_lr_ratio must be in [0, 1], got {optim.min_lr_ratio}.")
+    for key, value in [
+        ("algorithm.kl.target", algorithm.kl.target),
+        ("algorithm.kl.horizon", algorithm.kl.horizon),
+        ("algorithm.entropy.target", algorithm.entropy.target),
+        ("algorithm.sapo_tau_positive", algorithm.sapo_tau_positive),
+        ("algorithm.sapo_tau_negative", algorithm.sapo_tau_negative),
+        ("algorithm.max_generation_rounds", algorithm.max_generation_rounds),
+        ("critic.lr", config.critic.lr),
+    ]:
+        _positive(key, value)
+    for key, value, low, high in [
+        ("rollout.top_p", rollout.top_p, 0, 1),
+        ("algorithm.clip_low", algorithm.clip_low, 0, 1),
+        ("algorithm.gamma", algorithm.gamma, 0, 1),
+        ("algorithm.lam", algorithm.lam, 0, 1),
+        ("algorithm.cov_fraction", algorithm.cov_fraction, 0, 1),
+        ("algorithm.overlong_buffer_fraction", algorithm.overlong_buffer_fraction, 0, 1),
+        ("optim.min_lr_ratio", optim.min_lr_ratio, 0, 1),
+    ]:
+        if not low <= value <= high:
+            raise ConfigError(f"{key} must be in [{low}, {high}], got {value}.")
+    if rollout.top_p == 0:
+        raise ConfigError("rollout.top_p must be > 0 (1 = off).")
+    if algorithm.dual_clip and algorithm.dual_clip <= 1:
+        raise ConfigError(
+            f"algorithm.dual_clip must be > 1 (3 is usual) or 0 to switch it off, got {algorithm.dual_clip}."
+        )
+    if algorithm.entropy.adaptive and algorithm.entropy.max_coef < algorithm.entropy.coef:
+        raise ConfigError(
+            f"algorithm.entropy.max_coef={algorithm.entropy.max_coef} is below the starting "
+            f"algorithm.entropy.coef={algorithm.entropy.coef}."
+        )
+    if algorithm.kl.controller == "adaptive" and algorithm.kl.coef == 0:
+        raise ConfigError("algorithm.kl.controller=adaptive needs a starting algorithm.kl.coef > 0 (e.g. 0.01).")
     if len(optim.betas) != 2:
         raise ConfigError(f"optim.betas must be two numbers, e.g. [0.9, 0.999]; got {optim.betas}.")
-    if algorithm.advantage_estimator == "grpo" and rollout.samples_per_prompt < 2:
+    needs_groups = algorithm.advantage_estimator in GROUP_ESTIMATORS or algorithm.group_filter != "none"
+    if needs_groups and rollout.samples_per_prompt < 2:
+        reason = (
+            f"advantage_estimator={algorithm.advantage_estimator}"
+            if algorithm.advantage_estimator in GROUP_ESTIMATORS
+            else f"group_filter={algorithm.group_filter}"
+        )
         raise ConfigError(
-            "GRPO compares samples of the same prompt, so rollout.samples_per_prompt must be >= 2 "
+            f"algorithm.{reason} compares samples of the same prompt, so rollout.samples_per_prompt must be >= 2 "
             f"(got {rollout.samples_per_prompt}); 8 is a common choice."
         )
 

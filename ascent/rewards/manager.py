@@ -25,6 +25,25 @@ class ScoredBatch:
     def num_errors(self) -> int:
         return sum(self.failed)
 
+    @staticmethod
+    def concat(batches: list[ScoredBatch]) -> ScoredBatch:
+        """One ScoredBatch for several, in order; a component missing from a batch is NaN there."""
+        names = {name for batch in batches for name in batch.components}
+        components = {
+            name: [v for batch in batches for v in batch.components.get(name, [math.nan] * len(batch.scores))]
+            for name in names
+        }
+        error_counts: dict[str, int] = {}
+        for batch in batches:
+            for kind, count in batch.error_counts.items():
+                error_counts[kind] = error_counts.get(kind, 0) + count
+        return ScoredBatch(
+            scores=[score for batch in batches for score in batch.scores],
+            components=components,
+            failed=[failed for batch in batches for failed in batch.failed],
+            error_counts=error_counts,
+        )
+
 
 class RewardManager:
     """Calls verl-style `compute_score(data_source, solution_str, ground_truth, extra_info)` per sample.

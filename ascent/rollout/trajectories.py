@@ -41,6 +41,8 @@ class Trajectories:
     advantages: torch.Tensor | None = None  # [B, R] float32
     old_logprobs: torch.Tensor | None = None  # [B, R] float32, policy before this step's updates
     ref_logprobs: torch.Tensor | None = None  # [B, R] float32, reference model
+    values: torch.Tensor | None = None  # [B, R] float32, the critic's value before each response token
+    returns: torch.Tensor | None = None  # [B, R] float32, the critic's regression target
 
     def __len__(self) -> int:
         return self.prompt_ids.shape[0]
@@ -73,6 +75,33 @@ class Trajectories:
             if isinstance(getattr(self, f.name), torch.Tensor)
         }
         return dataclasses.replace(self, **changes)
+
+
+def concat_trajectories(batches: list[Trajectories]) -> Trajectories:
+    """Stack batches row-wise, re-padding prompts (left) and responses (right) to the longest.
+    Padding ids are 0: positions with mask 0 are never attended to or trained on. Only the rollout fields
+    and rewards are carried; group ids are kept as they are (make them distinct first)."""
+    if len(batches) == 1:
+        return batches[0]
+    prompt_width = max(batch.prompt_ids.shape[1] for batch in batches)
+    response_width = max(batch.response_ids.shape[1] for batch in batches)
+
+    def pad(tensor: torch.Tensor, width: int, left: bool) -> torch.Tensor:
+        missing = width - tensor.shape[1]
+        return torch.nn.functional.pad(tensor, (missing, 0) if left else (0, missing))
+
+    return Trajectories(
+        prompt_ids=torch.cat([pad(b.prompt_ids, prompt_width, True) for b in batches]),
+        prompt_mask=torch.cat([pad(b.prompt_mask, prompt_width, True) for b in batches]),
+        response_ids=torch.cat([pad(b.response_ids, response_width, False) for b in batches]),
+        response_mask=torch.cat([pad(b.response_mask, response_width, False) for b in batches]),
+        loss_mask=torch.cat([pad(b.loss_mask, response_width, False) for b in batches]),
+        rollout_logprobs=torch.cat([pad(b.rollout_logprobs, response_width, False) for b in batches]),
+        group_ids=torch.cat([b.group_ids for b in batches]),
+        finish_reasons=[reason for b in batches for reason in b.finish_reasons],
+        policy_version=batches[0].policy_version,
+        rewards=torch.cat([b.rewards for b in batches]) if all(b.rewards is not None for b in batches) else None,
+    )
 
 
 def left_pad(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:

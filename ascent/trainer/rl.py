@@ -1,22 +1,30 @@
-"""The RL trainer loop: rollout, score, advantages, logprobs, update, sync weights; validate; log."""
+"""The RL trainer loop: rollout, score, filter, logprobs, advantages, update, sync weights; validate; log."""
 
 from __future__ import annotations
 
 import logging
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ascent.algorithms.advantages import compute_advantages
+from ascent.algorithms.advantages import compute_advantages, token_level_rewards
+from ascent.algorithms.controllers import adaptive_entropy_coef, adaptive_kl_coef, entropy_bonus_active
+from ascent.algorithms.filters import informative_samples, mask_truncated, overlong_penalty
+from ascent.algorithms.kl import kl_penalty
 from ascent.config import Config, derive_schedule
 from ascent.controller.worker_group import LocalWorkerGroup
+from ascent.data.records import PromptRecord
 from ascent.data.sampler import PromptSampler
-from ascent.rollout.trajectories import SamplingParams, Trajectories
+from ascent.rewards.manager import ScoredBatch
+from ascent.rollout.trajectories import SamplingParams, Trajectories, concat_trajectories
 from ascent.trainer.setup import build_components
 from ascent.trainer.tracking import MetricsLogger, prepare_run_dir, timed
 from ascent.trainer.validation import decode_responses, is_validation_step, reward_metrics, validate
+from ascent.workers.critic import CriticWorker
+from ascent.workers.policy import LossCoefficients
 from ascent.workers.reference import ReferenceWorker
 
 logger = logging.getLogger(__name__)
@@ -29,10 +37,15 @@ class RLTrainer:
         logger.info("run directory %s\nschedule:\n%s", self.run_dir, derive_schedule(config).describe())
         parts = build_components(config)
         self.tokenizer, self.data, self.rewards, self.policy = parts.tokenizer, parts.data, parts.rewards, parts.policy
+        algorithm, steps = config.algorithm, config.trainer.steps
         self.reference = None
-        if config.algorithm.kl_coef > 0:
+        if algorithm.kl.coef > 0:
             self.reference = LocalWorkerGroup(ReferenceWorker(config, self.tokenizer, parts.device))
+        self.critic = None
+        if algorithm.advantage_estimator == "gae":
+            self.critic = LocalWorkerGroup(CriticWorker(config, self.tokenizer, parts.device, total_steps=steps))
         self.sampler = PromptSampler(len(self.data.train), config.data.seed, config.data.shuffle)
+        self.controllers = ControllerState(kl_coef=algorithm.kl.coef, entropy_coef=algorithm.entropy.coef)
         self.history: list[dict[str, float]] = []
 
     def fit(self) -> Path:
@@ -52,37 +65,155 @@ class RLTrainer:
         return self.run_dir
 
     def train_step(self, step: int) -> dict[str, float]:
+        algorithm = self.config.algorithm
         timings: dict[str, float] = {}
         with timed(timings, "step"):
-            records = [self.data.train[i] for i in self.sampler.next_indices(self.config.trainer.prompts_per_step)]
-            with timed(timings, "rollout"):
-                batch = self.policy.call("generate", [r.prompt_token_ids for r in records], self._sampling(step))
-            with timed(timings, "score"):
-                metrics = self.score(batch, records)
-            batch.advantages = compute_advantages(
-                self.config.algorithm.advantage_estimator,
-                batch.rewards,
-                batch.group_ids,
-                batch.loss_mask,
-                std_normalize=self.config.algorithm.std_normalize,
-            )
+            batch, records, metrics = self.collect(step, timings)
+            if len(batch) == 0:
+                logger.warning("step %d: every group scored the same; nothing to train on", step)
+                return metrics | timings
+            baseline_rewards = None
+            if algorithm.advantage_estimator == "remax":
+                with timed(timings, "rollout"):
+                    baseline_rewards, metrics["reward/greedy_baseline"] = self.greedy_baseline(batch, records)
+            if algorithm.mask_truncated:
+                batch.loss_mask = mask_truncated(batch.loss_mask, batch.finish_reasons)
             with timed(timings, "logprobs"):
-                batch.old_logprobs = self.policy.call("compute_logprobs", batch)
+                batch.old_logprobs, entropy = self.policy.call("compute_logprobs", batch, with_entropy=True)
                 if self.reference is not None:
                     batch.ref_logprobs = self.reference.call("compute_logprobs", batch)
+                if self.critic is not None:
+                    batch.values = self.critic.call("compute_values", batch)
+            metrics |= self.compute_advantages(batch, baseline_rewards)
+            coefficients = self.loss_coefficients(masked_mean(entropy, batch.loss_mask))
             with timed(timings, "update"):
-                update_metrics = self.policy.call("update", batch)
+                update_metrics = self.policy.call("update", batch, coefficients=coefficients)
+                if self.critic is not None:
+                    critic_metrics = self.critic.call("update", batch)
+                    metrics |= {f"critic/{name}": value for name, value in critic_metrics.items()}
             with timed(timings, "sync_weights"):
                 self.policy.call("sync_rollout_weights")
         metrics |= {f"policy/{name}": value for name, value in update_metrics.items()}
+        metrics |= self.update_controllers(metrics, len(batch))
         return metrics | batch_metrics(batch) | timings | throughput(batch, timings)
 
-    def score(self, batch: Trajectories, records) -> dict[str, float]:
-        """Set batch.rewards from the reward functions; return reward metrics."""
+    def collect(self, step: int, timings: dict[str, float]) -> tuple[Trajectories, list[PromptRecord], dict]:
+        """Rollout and score `prompts_per_step` prompts. With a group filter, groups whose rewards are all equal
+        are dropped; dynamic sampling (DAPO) then samples further rounds of prompts until `prompts_per_step`
+        groups are informative or `max_generation_rounds` is reached, and trains on the first that many.
+        Group ids index the returned records. Reward metrics cover every sample generated."""
+        algorithm = self.config.algorithm
+        wanted = self.config.trainer.prompts_per_step
+        records: list[PromptRecord] = []
+        kept: list[Trajectories] = []
+        scored_rounds: list[ScoredBatch] = []
+        num_groups = num_kept_groups = 0
+        for generation_round in range(algorithm.max_generation_rounds):
+            new_records = [self.data.train[i] for i in self.sampler.next_indices(wanted)]
+            with timed(timings, "rollout"):
+                prompts = [record.prompt_token_ids for record in new_records]
+                batch = self.policy.call("generate", prompts, self._sampling(step, generation_round))
+            batch.group_ids = batch.group_ids + len(records)
+            records += new_records
+            with timed(timings, "score"):
+                scored_rounds.append(self.score(batch, records))
+            num_groups += len(new_records)
+            if algorithm.group_filter != "none":
+                batch = batch.select(informative_samples(batch.rewards, batch.group_ids).nonzero().squeeze(-1))
+            kept.append(batch)
+            num_kept_groups += len(batch.group_ids.unique())
+            if algorithm.group_filter != "dynamic" or num_kept_groups >= wanted:
+                break
+        batch = concat_trajectories(kept)
+        if algorithm.group_filter == "dynamic":
+            first_groups = list(dict.fromkeys(batch.group_ids.tolist()))[:wanted]
+            batch = batch.select(torch.isin(batch.group_ids, torch.tensor(first_groups)).nonzero().squeeze(-1))
+        metrics = reward_metrics(ScoredBatch.concat(scored_rounds), "reward")
+        metrics["reward/groups_all_equal"] = (
+            1 - num_kept_groups / num_groups
+            if algorithm.group_filter != "none"
+            else (float(1 - informative_samples(batch.rewards, batch.group_ids).float().mean()) if len(batch) else 1.0)
+        )
+        if algorithm.group_filter != "none":
+            metrics["filter/generation_rounds"] = float(generation_round + 1)
+            metrics["filter/trained_groups"] = float(len(batch.group_ids.unique()))
+        return batch, records, metrics
+
+    def score(self, batch: Trajectories, records: list[PromptRecord]) -> ScoredBatch:
+        """Set batch.rewards: the reward functions' scores, plus DAPO's overlong penalty when it is on."""
         samples = [records[group] for group in batch.group_ids.tolist()]
         scored = self.rewards.score(decode_responses(batch, self.tokenizer), samples)
-        batch.rewards = torch.tensor(scored.scores, dtype=torch.float32)
-        return reward_metrics(scored, "reward")
+        batch.rewards = torch.tensor(scored.scores, dtype=torch.float32) + self._overlong_penalty(batch)
+        return scored
+
+    def _overlong_penalty(self, batch: Trajectories) -> torch.Tensor:
+        algorithm, max_tokens = self.config.algorithm, self.config.rollout.max_response_tokens
+        buffer_tokens = round(algorithm.overlong_buffer_fraction * max_tokens)
+        return overlong_penalty(batch.response_lengths, max_tokens, buffer_tokens, algorithm.overlong_penalty)
+
+    def greedy_baseline(self, batch: Trajectories, records: list[PromptRecord]) -> tuple[torch.Tensor, float]:
+        """ReMax's baseline: the (shaped) reward of one greedy response per prompt, per sample [B]."""
+        groups = batch.group_ids.unique().tolist()
+        sampling = SamplingParams(max_tokens=self.config.rollout.max_response_tokens, temperature=0.0)
+        greedy = self.policy.call("generate", [records[group].prompt_token_ids for group in groups], sampling)
+        greedy.group_ids = torch.tensor(groups)
+        self.score(greedy, records)
+        by_group = dict(zip(groups, greedy.rewards.tolist(), strict=True))
+        return torch.tensor([by_group[group] for group in batch.group_ids.tolist()]), float(greedy.rewards.mean())
+
+    def compute_advantages(self, batch: Trajectories, baseline_rewards: torch.Tensor | None) -> dict[str, float]:
+        """Token rewards (with the KL penalty when KL is in the reward), then the configured estimator."""
+        algorithm = self.config.algorithm
+        metrics, kl = {}, None
+        if self.reference is not None and algorithm.kl.placement == "reward":
+            kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, algorithm.kl.estimator)
+            metrics["kl/reward_kl"] = masked_mean(kl, batch.loss_mask)
+        kl_coef = self.controllers.kl_coef if kl is not None else 0.0
+        token_rewards = token_level_rewards(batch.rewards, batch.loss_mask, kl, kl_coef)
+        output = compute_advantages(
+            algorithm.advantage_estimator,
+            token_rewards,
+            batch.loss_mask,
+            batch.group_ids,
+            values=batch.values,
+            baseline_rewards=baseline_rewards,
+            gamma=algorithm.gamma,
+            lam=algorithm.lam,
+            std_normalize=algorithm.std_normalize,
+        )
+        batch.advantages, batch.returns = output.advantages, output.returns
+        return metrics
+
+    def loss_coefficients(self, entropy: float) -> LossCoefficients:
+        """This step's KL and entropy coefficients. Skywork-OR1's control applies the entropy bonus only while
+        the batch's entropy (under the policy before the update) is at or below the target."""
+        algorithm, state = self.config.algorithm, self.controllers
+        kl = state.kl_coef if self.reference is not None and algorithm.kl.placement == "loss" else 0.0
+        entropy_coef = state.entropy_coef
+        if algorithm.entropy.adaptive:
+            state.last_entropy = entropy
+            if not entropy_bonus_active(entropy, algorithm.entropy.target):
+                entropy_coef = 0.0
+        return LossCoefficients(kl=kl, entropy=entropy_coef)
+
+    def update_controllers(self, metrics: dict[str, float], num_samples: int) -> dict[str, float]:
+        """Step the adaptive KL and entropy controllers; report the coefficients used this step."""
+        algorithm, state = self.config.algorithm, self.controllers
+        report = {}
+        if self.reference is not None:
+            report["kl/coef"] = state.kl_coef
+            if algorithm.kl.controller == "adaptive":
+                observed = metrics.get("kl/reward_kl", metrics.get("policy/kl_ref", 0.0))
+                kl = algorithm.kl
+                state.kl_coef = adaptive_kl_coef(state.kl_coef, observed, kl.target, kl.horizon, num_samples)
+        if algorithm.entropy.adaptive:
+            entropy = algorithm.entropy
+            report["entropy/coef"] = state.entropy_coef
+            report["entropy/bonus_active"] = float(entropy_bonus_active(state.last_entropy, entropy.target))
+            state.entropy_coef = adaptive_entropy_coef(
+                state.entropy_coef, state.last_entropy, entropy.target, entropy.delta, entropy.max_coef
+            )
+        return report
 
     def validate(self) -> dict[str, float]:
         rollout = self.config.rollout
@@ -99,7 +230,7 @@ class RLTrainer:
         metrics = validate(self.policy, self.data.val[:limit], self.rewards, self.tokenizer, sampling)
         return metrics | {"timing/validation": time.perf_counter() - start}
 
-    def _sampling(self, step: int) -> SamplingParams:
+    def _sampling(self, step: int, generation_round: int = 0) -> SamplingParams:
         rollout = self.config.rollout
         return SamplingParams(
             max_tokens=rollout.max_response_tokens,
@@ -107,7 +238,7 @@ class RLTrainer:
             top_p=rollout.top_p,
             top_k=rollout.top_k,
             samples_per_prompt=rollout.samples_per_prompt,
-            seed=self.config.trainer.seed * 1_000_003 + step,
+            seed=self.config.trainer.seed * 1_000_003 + step + 100_003 * generation_round,
         )
 
     def _log(self, metrics_logger: MetricsLogger, step: int, metrics: dict[str, float]) -> None:
@@ -134,23 +265,35 @@ class RLTrainer:
         )
 
 
+@dataclass
+class ControllerState:
+    """What the coefficient controllers carry from step to step (part of a checkpoint)."""
+
+    kl_coef: float
+    entropy_coef: float
+    last_entropy: float = 0.0
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((values * mask).sum() / mask.sum().clamp(min=1))
+
+
 def batch_metrics(batch: Trajectories) -> dict[str, float]:
-    """Response lengths, truncation, signal-free groups and the rollout/trainer logprob mismatch."""
+    """Response lengths, truncation, advantages and the rollout/trainer logprob mismatch."""
     lengths = batch.response_lengths.float()
     mask = batch.loss_mask
-    groups = {}
-    for group, reward in zip(batch.group_ids.tolist(), batch.rewards.tolist(), strict=True):
-        groups.setdefault(group, []).append(reward)
     metrics = {
         "response_length/mean": float(lengths.mean()),
         "response_length/max": float(lengths.max()),
         "response_length/clip_ratio": statistics.fmean(reason == "length" for reason in batch.finish_reasons),
-        "reward/groups_all_equal": statistics.fmean(len(set(rewards)) == 1 for rewards in groups.values()),
-        "advantages/abs_mean": float((batch.advantages.abs() * mask).sum() / mask.sum().clamp(min=1)),
+        "advantages/abs_mean": masked_mean(batch.advantages.abs(), mask),
     }
     if batch.old_logprobs is not None:
-        difference = (batch.old_logprobs - batch.rollout_logprobs).abs() * mask
-        metrics["rollout/logprob_abs_diff"] = float(difference.sum() / mask.sum().clamp(min=1))
+        log_ratio = batch.old_logprobs - batch.rollout_logprobs  # log p_train / p_rollout on rollout samples
+        metrics["rollout/logprob_abs_diff"] = masked_mean(log_ratio.abs(), mask)
+        metrics["rollout/mismatch_kl"] = masked_mean(torch.expm1(log_ratio) - log_ratio, mask)  # k3 of KL(roll||train)
+    if batch.returns is not None:
+        metrics["critic/returns_mean"] = masked_mean(batch.returns, mask)
     return metrics
 
 

@@ -99,4 +99,5 @@ def timed(timings: dict[str, float], name: str) -> Iterator[None]:
     try:
         yield
     finally:
-        timings[f"timing/{name}"] = time.perf_counter() - start
+        key = f"timing/{name}"  # a stage timed twice in one step (e.g. rollout rounds) adds up
+        timings[key] = timings.get(key, 0.0) + time.perf_counter() - start

@@ -1,12 +1,16 @@
-"""Optimizer and learning-rate schedule."""
+"""Optimizer, learning-rate schedule, and the update loop shared by the policy and critic workers."""
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
+from collections.abc import Callable
 
 import torch
 
+from ascent.algorithms.losses import LossOutput
 from ascent.config.schema import OptimConfig
+from ascent.rollout.trajectories import Trajectories
 
 
 def lr_multiplier(step: int, warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float) -> float:
@@ -39,3 +43,39 @@ def build_lr_scheduler(
         optimizer,
         lambda step: lr_multiplier(step, config.warmup_steps, total_steps, config.lr_schedule, config.min_lr_ratio),
     )
+
+
+def train_on_batch(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Trajectories,
+    config: OptimConfig,
+    normaliser: Callable[[Trajectories], float],
+    micro_batch_loss: Callable[[Trajectories, float], LossOutput],
+) -> dict[str, float]:
+    """Optimizer updates over `batch`: `config.epochs` passes of mini-batches, each accumulated over
+    micro-batches. `normaliser(mini_batch)` is computed once per mini-batch and handed to every
+    `micro_batch_loss(micro, normaliser)`, whose shares then sum to the mini-batch loss.
+    Returns metrics averaged over the updates; an update whose gradient norm is not finite is skipped."""
+    device = next(model.parameters()).device
+    mini_batch_size = config.mini_batch_size or len(batch)
+    totals: dict[str, float] = defaultdict(float)
+    num_updates = 0
+    for _ in range(config.epochs):
+        for mini_batch in batch.split(mini_batch_size):
+            mini_normaliser = normaliser(mini_batch)
+            optimizer.zero_grad(set_to_none=True)
+            for micro in mini_batch.split(config.micro_batch_size):
+                output = micro_batch_loss(micro.to(device), mini_normaliser)
+                output.loss.backward()
+                for name, value in output.metrics.items():
+                    totals[name] += float(value)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
+            if math.isfinite(grad_norm):
+                optimizer.step()
+            totals["grad_norm"] += grad_norm
+            totals["skipped_updates"] += float(not math.isfinite(grad_norm))
+            num_updates += 1
+    metrics = {name: value / num_updates for name, value in totals.items()}
+    metrics["skipped_updates"] = totals["skipped_updates"]
+    return metrics

@@ -2,21 +2,62 @@
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ascent.algorithms.kl import kl_penalty
-from ascent.algorithms.losses import POLICY_LOSSES, LossOutput, aggregate_token_losses, nll_loss
-from ascent.config.schema import Config
+from ascent.algorithms.losses import (
+    POLICY_LOSSES,
+    LossOutput,
+    aggregate,
+    loss_normaliser,
+    nll_loss,
+    truncated_importance_weights,
+)
+from ascent.config.schema import AlgorithmConfig, Config
 from ascent.models.builders import build_model_from_config
 from ascent.models.logprobs import entropy_from_logits, response_logits, token_logprobs
 from ascent.rollout.engine import build_rollout_engine
 from ascent.rollout.trajectories import SamplingParams, Trajectories
 from ascent.workers.logprobs import compute_response_logprobs
-from ascent.workers.optim import build_lr_scheduler, build_optimizer
+from ascent.workers.optim import build_lr_scheduler, build_optimizer, train_on_batch
+
+
+@dataclass
+class LossCoefficients:
+    """Coefficients of the loss terms that controllers may change from step to step (0 = term off)."""
+
+    kl: float = 0.0  # KL(policy || reference) in the loss
+    entropy: float = 0.0  # entropy bonus
+
+
+def build_policy_loss(algorithm: AlgorithmConfig, seed: int = 0) -> Callable[..., LossOutput]:
+    """The configured policy loss with its scalar hyper-parameters bound; call it with the tensors."""
+    clip = {"clip_low": algorithm.clip_low, "clip_high": algorithm.clip_high}
+    covariance = {"cov_fraction": algorithm.cov_fraction}
+    parameters = {
+        "ppo_clip": {**clip, "dual_clip": algorithm.dual_clip},
+        "gspo": clip,
+        "cispo": clip,
+        "gmpo": clip,
+        "gpg": {},
+        "sapo": {"tau_positive": algorithm.sapo_tau_positive, "tau_negative": algorithm.sapo_tau_negative},
+        "clip_cov": {
+            **clip,
+            **covariance,
+            "cov_lower": algorithm.cov_lower,
+            "cov_upper": algorithm.cov_upper,
+            # clip-cov's random token selection draws from its own stream, so runs stay reproducible.
+            "generator": torch.Generator().manual_seed(seed),
+        },
+        "kl_cov": {**covariance, "cov_kl_coef": algorithm.cov_kl_coef},
+        "dro": {"beta": algorithm.dro_beta},
+    }[algorithm.policy_loss]
+    return functools.partial(POLICY_LOSSES[algorithm.policy_loss], aggregation=algorithm.loss_aggregation, **parameters)
 
 
 class PolicyWorker:
@@ -32,6 +73,7 @@ class PolicyWorker:
         self.optimizer = build_optimizer(self.model, config.optim)
         self.scheduler = build_lr_scheduler(self.optimizer, config.optim, total_steps)
         self.engine = build_rollout_engine(config.rollout.engine, self.model, tokenizer)
+        self.policy_loss = build_policy_loss(config.algorithm, seed=config.trainer.seed)
         self.policy_version = 0
 
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> Trajectories:
@@ -46,45 +88,35 @@ class PolicyWorker:
         )
         return (logprobs, entropy) if with_entropy else logprobs
 
-    def update(self, batch: Trajectories, objective: str = "rl") -> dict[str, float]:
+    def update(self, batch: Trajectories, objective: str = "rl", coefficients: LossCoefficients | None = None):
         """Optimizer updates over `batch`: epochs x mini-batches, each accumulated over micro-batches.
 
         objective "rl": the configured policy loss (needs advantages and old_logprobs, and ref_logprobs
-        when algorithm.kl_coef > 0). objective "sft": negative log-likelihood of the response tokens.
-        Returns metrics averaged over the updates; the lr schedule advances by one trainer step.
+        when a KL term is in the loss); `coefficients` are this step's KL and entropy coefficients, which
+        the trainer's controllers may change from step to step. objective "sft": negative log-likelihood
+        of the response tokens. Returns metrics averaged over the updates; the lr schedule advances by
+        one trainer step.
         """
-        optim = self.config.optim
-        mini_batch_size = optim.mini_batch_size or len(batch)
-        totals: dict[str, float] = defaultdict(float)
-        num_updates = 0
-        for _ in range(optim.epochs):
-            for mini_batch in batch.split(mini_batch_size):
-                for name, value in self._optimizer_step(mini_batch, objective).items():
-                    totals[name] += value
-                num_updates += 1
-        metrics = {name: value / num_updates for name, value in totals.items()}
+        coefficients = coefficients or LossCoefficients()
+        algorithm, max_tokens = self.config.algorithm, self.config.rollout.max_response_tokens
+        aggregation = "token-mean" if objective == "sft" else algorithm.loss_aggregation
+        metrics = train_on_batch(
+            self.model,
+            self.optimizer,
+            batch,
+            self.config.optim,
+            normaliser=lambda mini_batch: loss_normaliser(aggregation, mini_batch.loss_mask, max_tokens),
+            micro_batch_loss=lambda micro, normaliser: self._micro_batch_loss(
+                micro, normaliser, objective, coefficients
+            ),
+        )
         metrics["lr"] = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
         return metrics
 
-    def _optimizer_step(self, mini_batch: Trajectories, objective: str) -> dict[str, float]:
-        device = next(self.model.parameters()).device
-        normaliser = float(mini_batch.loss_mask.sum().clamp(min=1))
-        sums: dict[str, float] = defaultdict(float)
-        self.optimizer.zero_grad(set_to_none=True)
-        for micro in mini_batch.split(self.config.optim.micro_batch_size):
-            output = self._micro_batch_loss(micro.to(device), normaliser, objective)
-            output.loss.backward()
-            for name, value in output.metrics.items():
-                sums[name] += float(value)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.max_grad_norm))
-        if math.isfinite(grad_norm):
-            self.optimizer.step()
-        sums["grad_norm"] = grad_norm
-        sums["skipped_updates"] = float(not math.isfinite(grad_norm))
-        return sums
-
-    def _micro_batch_loss(self, micro: Trajectories, normaliser: float, objective: str) -> LossOutput:
+    def _micro_batch_loss(
+        self, micro: Trajectories, normaliser: float, objective: str, coefficients: LossCoefficients
+    ) -> LossOutput:
         algorithm = self.config.algorithm
         temperature = 1.0 if objective == "sft" else self.config.rollout.temperature
         logits = response_logits(
@@ -93,26 +125,22 @@ class PolicyWorker:
         logprobs = token_logprobs(logits, micro.response_ids, temperature)
         if objective == "sft":
             return nll_loss(logprobs, micro.loss_mask, normaliser)
-        output = POLICY_LOSSES[algorithm.policy_loss](
-            logprobs,
-            micro.old_logprobs,
-            micro.advantages,
-            micro.loss_mask,
-            normaliser,
-            clip_low=algorithm.clip_low,
-            clip_high=algorithm.clip_high,
-            aggregation=algorithm.loss_aggregation,
-        )
+        token_weights = None
+        if algorithm.tis_cap:
+            token_weights = truncated_importance_weights(micro.old_logprobs, micro.rollout_logprobs, algorithm.tis_cap)
+        output = self.policy_loss(logprobs, micro.old_logprobs, micro.advantages, micro.loss_mask, normaliser,
+                                  token_weights=token_weights)  # fmt: skip
         loss, metrics = output.loss, dict(output.metrics)
-        entropy = entropy_from_logits(logits if algorithm.entropy_coef else logits.detach(), temperature)
-        entropy_share = aggregate_token_losses(entropy, micro.loss_mask, normaliser, algorithm.loss_aggregation)
+        aggregation = algorithm.loss_aggregation
+        entropy = entropy_from_logits(logits if coefficients.entropy else logits.detach(), temperature)
+        entropy_share = aggregate(entropy, micro.loss_mask, normaliser, aggregation)
         metrics["entropy"] = entropy_share.detach()
-        if algorithm.entropy_coef:
-            loss = loss - algorithm.entropy_coef * entropy_share
-        if algorithm.kl_coef:
-            kl = kl_penalty(logprobs, micro.ref_logprobs, algorithm.kl_estimator)
-            kl_share = aggregate_token_losses(kl, micro.loss_mask, normaliser, algorithm.loss_aggregation)
-            loss = loss + algorithm.kl_coef * kl_share
+        if coefficients.entropy:
+            loss = loss - coefficients.entropy * entropy_share
+        if coefficients.kl:
+            kl = kl_penalty(logprobs, micro.ref_logprobs, algorithm.kl.estimator)
+            kl_share = aggregate(kl, micro.loss_mask, normaliser, aggregation)
+            loss = loss + coefficients.kl * kl_share
             metrics["kl_ref"] = kl_share.detach()
         metrics["loss"] = loss.detach()
         return LossOutput(loss=loss, metrics=metrics)

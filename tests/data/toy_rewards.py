@@ -10,3 +10,10 @@ def sometimes_raises(data_source, solution_str, ground_truth, extra_info=None):
     if "1" in solution_str:
         raise RuntimeError("this reward function is broken on purpose")
     return 0.5
+
+
+def sevens_on_odd_answers(data_source, solution_str, ground_truth, extra_info=None):
+    """Constant (0) for prompts whose answer is even, so about half the groups carry no signal."""
+    if int(ground_truth) % 2 == 0:
+        return 0.0
+    return count_sevens(data_source, solution_str, ground_truth, extra_info)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ascent.algorithms.advantages import compute_advantages
+from ascent.algorithms.advantages import compute_advantages, token_level_rewards
 from ascent.rollout.trajectories import SamplingParams
 from ascent.workers.policy import PolicyWorker
 
@@ -32,7 +32,8 @@ def test_bf16_update_moves_the_policy_and_keeps_the_engine_in_step(tokenizer, pr
     batch = policy.generate(prompts, SamplingParams(max_tokens=16, temperature=1.0, samples_per_prompt=4, seed=1))
     assert next(policy.model.parameters()).dtype == torch.bfloat16
     batch.rewards = torch.tensor([float(i % 2) for i in range(len(batch))])
-    batch.advantages = compute_advantages("grpo", batch.rewards, batch.group_ids, batch.loss_mask)
+    token_rewards = token_level_rewards(batch.rewards, batch.loss_mask)
+    batch.advantages = compute_advantages("grpo", token_rewards, batch.loss_mask, batch.group_ids).advantages
     batch.old_logprobs = policy.compute_logprobs(batch)
     before = [p.detach().clone() for p in policy.model.parameters()]
     metrics = policy.update(batch)

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from ascent.algorithms.advantages import compute_advantages, grpo_advantages
+from ascent.algorithms.advantages import compute_advantages, grpo_advantages, token_level_rewards
 from ascent.algorithms.kl import kl_penalty
-from ascent.algorithms.losses import aggregate_token_losses, nll_loss, ppo_clip_loss
+from ascent.algorithms.losses import aggregate, nll_loss, ppo_clip_loss
 from ascent.workers.optim import lr_multiplier
 
 
@@ -35,7 +35,8 @@ def test_constant_groups_and_singletons_get_zero_advantage():
 
 def test_sequence_advantage_is_broadcast_over_trained_tokens_only():
     loss_mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    advantages = compute_advantages("grpo", torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), loss_mask)
+    token_rewards = token_level_rewards(torch.tensor([1.0, 0.0]), loss_mask)
+    advantages = compute_advantages("grpo", token_rewards, loss_mask, torch.tensor([0, 0])).advantages
     a = 0.5 / math.sqrt(0.5) / (1 + 1e-6 / math.sqrt(0.5))  # (r - mean) / (std + eps), std = sqrt(0.5)
     torch.testing.assert_close(advantages, torch.tensor([[a, a, 0.0], [-a, 0.0, 0.0]]))
 
@@ -71,8 +72,8 @@ def test_loss_ignores_masked_tokens_and_uses_the_given_normaliser():
 def test_token_mean_shares_of_micro_batches_sum_to_the_full_batch_mean():
     values = torch.arange(12.0).reshape(3, 4)
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], dtype=torch.float32)
-    full = aggregate_token_losses(values, mask, normaliser=float(mask.sum()))
-    parts = sum(aggregate_token_losses(values[i : i + 1], mask[i : i + 1], float(mask.sum())) for i in range(3))
+    full = aggregate(values, mask, float(mask.sum()), "token-mean")
+    parts = sum(aggregate(values[i : i + 1], mask[i : i + 1], float(mask.sum()), "token-mean") for i in range(3))
     assert full.item() == pytest.approx((0 + 1 + 4 + 5 + 6 + 7 + 8) / 7)
     assert parts.item() == pytest.approx(full.item())
 
@@ -85,7 +86,7 @@ def test_kl_estimators():
     torch.testing.assert_close(kl_penalty(logprobs, ref, "k3"), torch.exp(-log_r) - 1 + log_r)
     assert (kl_penalty(logprobs, ref, "k3") >= 0).all()
     assert torch.equal(kl_penalty(ref, ref, "k3"), torch.zeros(1, 2))
-    with pytest.raises(ValueError, match="k1, k2, k3"):
+    with pytest.raises(ValueError, match="k1, abs, k2, k3"):
         kl_penalty(logprobs, ref, "k4")
 
 

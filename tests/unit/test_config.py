@@ -211,7 +211,7 @@ def test_unknown_tiny_preset_lists_the_presets():
     [
         ("trainer.steps=0", "trainer.steps must be > 0"),
         ("optim.lr=-0.1", "optim.lr must be > 0"),
-        ("rollout.top_p=1.5", "rollout.top_p must be in (0, 1]"),
+        ("rollout.top_p=1.5", "rollout.top_p must be in [0, 1], got 1.5"),
         ("optim.betas=[0.9]", "optim.betas must be two numbers"),
         ("trainer.device=gpu", "trainer.device='gpu'"),
     ],
@@ -239,7 +239,8 @@ def test_train_files_alone_are_enough():
 def test_choices_match_the_registries():
     assert CHOICES["algorithm.advantage_estimator"] == tuple(ascent.algorithms.advantages.ADVANTAGE_ESTIMATORS)
     assert CHOICES["algorithm.policy_loss"] == tuple(ascent.algorithms.losses.POLICY_LOSSES)
-    assert CHOICES["algorithm.kl_estimator"] == ascent.algorithms.kl.KL_ESTIMATORS
+    assert CHOICES["algorithm.kl.estimator"] == ascent.algorithms.kl.KL_ESTIMATORS
+    assert CHOICES["algorithm.loss_aggregation"] == ascent.algorithms.losses.AGGREGATIONS
     assert CHOICES["model.dtype"] == tuple(ascent.models.builders.DTYPES)
     assert CHOICES["rollout.engine"] == tuple(ascent.rollout.engine.ROLLOUT_ENGINES)
 
