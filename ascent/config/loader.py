@@ -111,12 +111,15 @@ def _first_leaf(key: str, value: Any) -> str:
 
 def _unknown_key_message(key: str) -> str:
     candidates = all_keys()
-    matches = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
+    leaf = key.rsplit(".", 1)[-1]
+    by_leaf: dict[str, str] = {}
+    for candidate in candidates:  # a leaf name in several sections suggests the first (optim.lr, not critic.lr)
+        by_leaf.setdefault(candidate.rsplit(".", 1)[-1], candidate)
+    if leaf in by_leaf:  # a valid key in the wrong section: algorithm.lr -> optim.lr
+        matches = [by_leaf[leaf]]
+    else:
+        matches = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
     if not matches:  # a misspelt section: compare the last part against keys of any section
-        leaf = key.rsplit(".", 1)[-1]
-        by_leaf: dict[str, str] = {}
-        for candidate in candidates:  # a leaf name in several sections suggests the first (optim.lr, not critic.lr)
-            by_leaf.setdefault(candidate.rsplit(".", 1)[-1], candidate)
         matches = [by_leaf[m] for m in difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.6)]
     hint = f" Did you mean '{matches[0]}'?" if matches else ""
     return f"Unknown config key '{key}'.{hint} (`ascent train CONFIG --dry-run` prints every key.)"

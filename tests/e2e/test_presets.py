@@ -92,3 +92,38 @@ def test_drop_filter_trains_only_on_informative_groups_without_resampling(tmp_pa
     for entry in metrics:
         assert entry["filter/generation_rounds"] == 1
         assert entry["filter/trained_groups"] == pytest.approx(8 * (1 - entry["reward/groups_all_equal"]))
+
+
+def test_kl_in_the_reward_with_the_adaptive_controller_and_tis(tmp_path):
+    metrics = train(
+        tmp_path / "kl",
+        "algorithm.advantage_estimator=reinforce_pp",
+        "algorithm.kl.coef=0.05", "algorithm.kl.placement=reward", "algorithm.kl.controller=adaptive",
+        "algorithm.kl.target=0.001", "algorithm.kl.horizon=100",
+        "algorithm.tis_cap=2", "trainer.steps=3",
+    )  # fmt: skip
+    coefs = [entry["kl/coef"] for entry in metrics]
+    # step 1: the policy is the reference, observed KL 0 < target: error -0.2 over 16 samples / horizon 100
+    assert metrics[0]["kl/reward_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert coefs[:2] == [0.05, pytest.approx(0.05 * (1 - 0.2 * 16 / 100))]
+    assert metrics[-1]["kl/reward_kl"] != 0
+    for entry in metrics:
+        assert 0 <= entry["rollout/mismatch_kl"] < 1e-4 and math.isfinite(entry["policy/loss"])
+
+
+def test_adaptive_entropy_control_raises_the_coefficient_while_entropy_is_below_target(tmp_path):
+    metrics = train(
+        tmp_path / "entropy", "algorithm.name=skywork_or1", "algorithm.entropy.target=100", "trainer.steps=3"
+    )
+    assert [entry["entropy/coef"] for entry in metrics] == pytest.approx([0.0, 1e-4, 2e-4])
+    assert all(entry["entropy/bonus_active"] == 1 for entry in metrics)
+
+
+def test_overlong_filtering_gives_truncated_samples_no_gradient(tmp_path):
+    # 2 response tokens: the random tiny model never stops that early, so every sample is truncated
+    metrics = train(
+        tmp_path / "mask", "algorithm.mask_truncated=true", "rollout.max_response_tokens=2", "trainer.steps=2"
+    )
+    for entry in metrics:
+        assert entry["response_length/clip_ratio"] == 1.0
+        assert entry["policy/grad_norm"] == 0.0 and entry["advantages/abs_mean"] == 0.0

@@ -14,6 +14,7 @@ import ascent.models.builders
 import ascent.rollout.engine
 from ascent.config import ConfigError, derive_schedule, load_config, to_yaml
 from ascent.config.loader import parse_override
+from ascent.config.presets import ALGORITHM_PRESETS
 from ascent.config.schema import Config, OptimConfig, RolloutConfig
 from ascent.config.validation import CHOICES
 
@@ -214,10 +215,55 @@ def test_unknown_tiny_preset_lists_the_presets():
         ("rollout.top_p=1.5", "rollout.top_p must be in [0, 1], got 1.5"),
         ("optim.betas=[0.9]", "optim.betas must be two numbers"),
         ("trainer.device=gpu", "trainer.device='gpu'"),
+        ("algorithm.dual_clip=0.5", "algorithm.dual_clip must be > 1 (3 is usual) or 0"),
+        ("algorithm.gamma=1.5", "algorithm.gamma must be in [0, 1]"),
+        ("algorithm.kl.controller=adaptive", "needs a starting algorithm.kl.coef > 0"),
+        ("algorithm.kl.placement=rewards", "Did you mean 'reward'?"),
+        ("algorithm.loss_aggregation=mean", "not one of: token-mean, token-sum, seq-mean-token-sum,"),
+        ("algorithm.critic=1", "Unknown config key 'algorithm.critic'. Did you mean 'critic'?"),
+        ("algorithm.lr=1", "Unknown config key 'algorithm.lr'. Did you mean 'optim.lr'?"),
     ],
 )
 def test_out_of_range_values_name_the_key(override, key):
     assert key in config_error(override)
+
+
+# ---- algorithm presets --------------------------------------------------------------------------------------
+
+
+def test_preset_sets_its_documented_keys():
+    config = load("algorithm.name=dapo")
+    algorithm = config.algorithm
+    assert (algorithm.clip_low, algorithm.clip_high, algorithm.group_filter) == (0.2, 0.28, "dynamic")
+    assert algorithm.overlong_buffer_fraction == 0.2 and algorithm.kl.coef == 0
+
+
+def test_preset_replaces_algorithm_keys_set_before_it_and_yields_to_keys_after_it(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("algorithm:\n  advantage_estimator: rloo\n  clip_high: 0.5\n  group_filter: drop\n")
+    ppo = load("algorithm.name=ppo", paths=[recipe]).algorithm
+    assert (ppo.advantage_estimator, ppo.clip_high, ppo.group_filter) == ("gae", 0.2, "none")
+    tuned = load("algorithm.name=ppo", "algorithm.clip_high=0.3", paths=[recipe]).algorithm
+    assert (tuned.advantage_estimator, tuned.clip_high) == ("gae", 0.3)
+    recipe.write_text("algorithm:\n  name: grpo\n  kl:\n    coef: 0.0\n")  # keys next to the name win
+    grpo = load(paths=[recipe]).algorithm
+    assert grpo.kl.coef == 0.0 and grpo.loss_aggregation == "seq-mean-token-mean"
+
+
+def test_unknown_preset_suggests_the_nearest():
+    assert "algorithm.name='dapoo' is not one of" in config_error("algorithm.name=dapoo")
+    assert "Did you mean 'dapo'?" in config_error("algorithm.name=dapoo")
+
+
+def test_every_preset_loads_and_validates():
+    for name in ALGORITHM_PRESETS:
+        assert load(f"algorithm.name={name}").algorithm.name == name
+
+
+def test_group_filter_needs_several_samples_per_prompt():
+    message = config_error("algorithm.advantage_estimator=reinforce_pp", "algorithm.group_filter=dynamic",
+                           "rollout.samples_per_prompt=1")  # fmt: skip
+    assert "algorithm.group_filter=dynamic compares samples of the same prompt" in message
 
 
 def test_no_training_data_is_an_error():
