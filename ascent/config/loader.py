@@ -115,10 +115,8 @@ def _unknown_key_message(key: str) -> str:
     by_leaf: dict[str, str] = {}
     for candidate in candidates:  # a leaf name in several sections suggests the first (optim.lr, not critic.lr)
         by_leaf.setdefault(candidate.rsplit(".", 1)[-1], candidate)
-    if leaf in by_leaf:  # a valid key in the wrong section: algorithm.lr -> optim.lr
-        matches = [by_leaf[leaf]]
-    else:
-        matches = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
+    # A valid key in the wrong section (algorithm.lr -> optim.lr) first, then the nearest spelling.
+    matches = [by_leaf[leaf]] if leaf in by_leaf else difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
     if not matches:  # a misspelt section: compare the last part against keys of any section
         matches = [by_leaf[m] for m in difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.6)]
     hint = f" Did you mean '{matches[0]}'?" if matches else ""

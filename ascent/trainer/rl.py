@@ -61,6 +61,8 @@ class RLTrainer:
         metrics_logger.close()
         if trainer.save_final_model:
             self.policy.call("save_pretrained", self.run_dir / "final")
+            if self.critic is not None:
+                self.critic.call("save", self.run_dir / "critic")
         self._summarise()
         return self.run_dir
 
@@ -79,13 +81,17 @@ class RLTrainer:
             if algorithm.mask_truncated:
                 batch.loss_mask = mask_truncated(batch.loss_mask, batch.finish_reasons)
             with timed(timings, "logprobs"):
-                batch.old_logprobs, entropy = self.policy.call("compute_logprobs", batch, with_entropy=True)
+                entropy = None  # per token, only for the adaptive entropy control
+                if algorithm.entropy.adaptive:
+                    batch.old_logprobs, entropy = self.policy.call("compute_logprobs", batch, with_entropy=True)
+                else:
+                    batch.old_logprobs = self.policy.call("compute_logprobs", batch)
                 if self.reference is not None:
                     batch.ref_logprobs = self.reference.call("compute_logprobs", batch)
                 if self.critic is not None:
                     batch.values = self.critic.call("compute_values", batch)
             metrics |= self.compute_advantages(batch, baseline_rewards)
-            coefficients = self.loss_coefficients(masked_mean(entropy, batch.loss_mask))
+            coefficients = self.loss_coefficients(batch, entropy)
             with timed(timings, "update"):
                 update_metrics = self.policy.call("update", batch, coefficients=coefficients)
                 if self.critic is not None:
@@ -107,7 +113,7 @@ class RLTrainer:
         records: list[PromptRecord] = []
         kept: list[Trajectories] = []
         scored_rounds: list[ScoredBatch] = []
-        num_groups = num_kept_groups = 0
+        num_groups = num_informative_groups = 0
         for generation_round in range(algorithm.max_generation_rounds):
             new_records = [self.data.train[i] for i in self.sampler.next_indices(wanted)]
             with timed(timings, "rollout"):
@@ -117,23 +123,20 @@ class RLTrainer:
             records += new_records
             with timed(timings, "score"):
                 scored_rounds.append(self.score(batch, records))
+            informative = informative_samples(batch.rewards, batch.group_ids)
             num_groups += len(new_records)
+            num_informative_groups += len(batch.group_ids[informative].unique())
             if algorithm.group_filter != "none":
-                batch = batch.select(informative_samples(batch.rewards, batch.group_ids).nonzero().squeeze(-1))
+                batch = batch.select(informative.nonzero().squeeze(-1))
             kept.append(batch)
-            num_kept_groups += len(batch.group_ids.unique())
-            if algorithm.group_filter != "dynamic" or num_kept_groups >= wanted:
+            if algorithm.group_filter != "dynamic" or num_informative_groups >= wanted:
                 break
         batch = concat_trajectories(kept)
         if algorithm.group_filter == "dynamic":
             first_groups = list(dict.fromkeys(batch.group_ids.tolist()))[:wanted]
             batch = batch.select(torch.isin(batch.group_ids, torch.tensor(first_groups)).nonzero().squeeze(-1))
         metrics = reward_metrics(ScoredBatch.concat(scored_rounds), "reward")
-        metrics["reward/groups_all_equal"] = (
-            1 - num_kept_groups / num_groups
-            if algorithm.group_filter != "none"
-            else (float(1 - informative_samples(batch.rewards, batch.group_ids).float().mean()) if len(batch) else 1.0)
-        )
+        metrics["reward/groups_all_equal"] = 1 - num_informative_groups / num_groups
         if algorithm.group_filter != "none":
             metrics["filter/generation_rounds"] = float(generation_round + 1)
             metrics["filter/trained_groups"] = float(len(batch.group_ids.unique()))
@@ -184,15 +187,15 @@ class RLTrainer:
         batch.advantages, batch.returns = output.advantages, output.returns
         return metrics
 
-    def loss_coefficients(self, entropy: float) -> LossCoefficients:
+    def loss_coefficients(self, batch: Trajectories, entropy: torch.Tensor | None) -> LossCoefficients:
         """This step's KL and entropy coefficients. Skywork-OR1's control applies the entropy bonus only while
-        the batch's entropy (under the policy before the update) is at or below the target."""
+        the batch's mean token entropy (under the policy before the update, [B, R]) is at or below the target."""
         algorithm, state = self.config.algorithm, self.controllers
         kl = state.kl_coef if self.reference is not None and algorithm.kl.placement == "loss" else 0.0
         entropy_coef = state.entropy_coef
         if algorithm.entropy.adaptive:
-            state.last_entropy = entropy
-            if not entropy_bonus_active(entropy, algorithm.entropy.target):
+            state.last_entropy = masked_mean(entropy, batch.loss_mask)
+            if not entropy_bonus_active(state.last_entropy, algorithm.entropy.target):
                 entropy_coef = 0.0
         return LossCoefficients(kl=kl, entropy=entropy_coef)
 

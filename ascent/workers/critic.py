@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import torch
 
@@ -53,6 +54,10 @@ class CriticWorker:
         metrics["lr"] = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
         return metrics
+
+    def save(self, directory: str | Path) -> None:
+        """The value model: its body as a Hugging Face directory plus `value_head.safetensors`."""
+        self.model.save(directory)
 
     def _micro_batch_loss(self, micro: Trajectories, normaliser: float) -> LossOutput:
         values = response_values(self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids,

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoModelForCausalLM
 
 from ascent.cli import main
 from ascent.config.presets import ALGORITHM_PRESETS
@@ -64,6 +65,10 @@ def test_ppo_critic_learns_the_returns(tmp_path):
     assert all(math.isfinite(loss) for loss in value_losses)
     first, last = sum(value_losses[:3]) / 3, sum(value_losses[-3:]) / 3
     assert last < 0.5 * first, f"critic value loss did not fall: {first:.4f} -> {last:.4f}"
+    critic_dir = tmp_path / "ppo" / "critic"
+    body = AutoModel.from_pretrained(critic_dir)
+    head = load_file(critic_dir / "value_head.safetensors")
+    assert head["weight"].shape == (1, body.config.hidden_size) and set(head) == {"weight", "bias"}
 
 
 def test_dynamic_sampling_fills_every_step_with_informative_groups(tmp_path):
