@@ -1,9 +1,9 @@
 """Advantage estimators: pure functions of rewards, masks, group ids (and values, for GAE).
 
 Conventions shared by every function here:
+- `rewards` [B]: each sample's sequence reward (minus its summed KL penalty when KL is in the reward).
 - `token_rewards` [B, R] float32: the outcome score sits on the last trained token of each sample
-  (see `token_level_rewards`), minus a per-token KL penalty when KL is in the reward. The sequence
-  reward of sample i is `token_rewards[i].sum()`.
+  (see `token_level_rewards`), minus a per-token KL penalty when KL is in the reward.
 - `loss_mask` [B, R]: 1 = token is trained on; 0 = padding, or tool/environment output in multi-turn.
 - `group_ids` [B] int64: samples of the same prompt share an id (any values).
 - Sequence-level estimators return [B]; `compute_advantages` broadcasts them over trained tokens.
@@ -28,35 +28,44 @@ class AdvantageOutput:
 
 @dataclass
 class GroupStats:
+    """Per-group statistics, in float64: a float32 mean of equal rewards can miss them by ~1e-8, which an
+    std of the same size would blow up into a sizeable advantage."""
+
     index: torch.Tensor  # [B] int64, 0..G-1: the group of each sample
-    counts: torch.Tensor  # [G] float32, samples per group
-    means: torch.Tensor  # [G] float32, mean reward per group
+    counts: torch.Tensor  # [G] float64, samples per group
+    means: torch.Tensor  # [G] float64, mean reward per group
+    informative: torch.Tensor  # [G] bool, rewards not all equal (so never a group of one)
 
     def per_sample(self, values: torch.Tensor) -> torch.Tensor:
         return values[self.index]
 
 
 def group_stats(rewards: torch.Tensor, group_ids: torch.Tensor) -> GroupStats:
+    rewards = rewards.double()
     _, index = torch.unique(group_ids, return_inverse=True)
     num_groups = int(index.max()) + 1
-    counts = torch.zeros(num_groups).index_add_(0, index, torch.ones_like(rewards))
-    means = torch.zeros(num_groups).index_add_(0, index, rewards) / counts
-    return GroupStats(index=index, counts=counts, means=means)
+    empty = torch.zeros(num_groups, dtype=torch.float64)
+    counts = empty.index_add(0, index, torch.ones_like(rewards))
+    means = empty.index_add(0, index, rewards) / counts
+    lowest = torch.full_like(empty, float("inf")).scatter_reduce(0, index, rewards, "amin")
+    highest = torch.full_like(empty, float("-inf")).scatter_reduce(0, index, rewards, "amax")
+    return GroupStats(index=index, counts=counts, means=means, informative=highest > lowest)
 
 
 def group_sum(values: torch.Tensor, stats: GroupStats) -> torch.Tensor:
-    """Per-group sums [G] of per-sample values [B]."""
-    return torch.zeros_like(stats.counts).index_add_(0, stats.index, values)
+    """Per-group sums [G] of per-sample values [B], in float64."""
+    return torch.zeros_like(stats.counts).index_add(0, stats.index, values.double())
 
 
 def group_std(rewards: torch.Tensor, stats: GroupStats) -> torch.Tensor:
     """Unbiased (n - 1) standard deviation per group [G]; 0 for groups of size one."""
-    centred = rewards - stats.per_sample(stats.means)
+    centred = rewards.double() - stats.per_sample(stats.means)
     return (group_sum(centred**2, stats) / (stats.counts - 1).clamp(min=1)).sqrt()
 
 
-def _zero_singletons(advantages: torch.Tensor, stats: GroupStats) -> torch.Tensor:
-    return torch.where(stats.per_sample(stats.counts) > 1, advantages, torch.zeros_like(advantages))
+def _only_informative(advantages: torch.Tensor, stats: GroupStats) -> torch.Tensor:
+    """Exactly 0 for samples of groups whose rewards are all equal (groups of one included); float32."""
+    return torch.where(stats.per_sample(stats.informative), advantages, torch.zeros_like(advantages)).float()
 
 
 def grpo_advantages(
@@ -70,12 +79,11 @@ def grpo_advantages(
 
     rewards: [B] float; group_ids: [B] int64. Returns [B] float32.
     """
-    rewards = rewards.float()
     stats = group_stats(rewards, group_ids)
-    advantages = rewards - stats.per_sample(stats.means)
+    advantages = rewards.double() - stats.per_sample(stats.means)
     if std_normalize:
         advantages = advantages / (stats.per_sample(group_std(rewards, stats)) + eps)
-    return _zero_singletons(advantages, stats)
+    return _only_informative(advantages, stats)
 
 
 def rloo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
@@ -86,11 +94,10 @@ def rloo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Ten
 
     rewards: [B] float; group_ids: [B] int64. Returns [B] float32.
     """
-    rewards = rewards.float()
     stats = group_stats(rewards, group_ids)
     counts = stats.per_sample(stats.counts)
-    advantages = counts / (counts - 1).clamp(min=1) * (rewards - stats.per_sample(stats.means))
-    return _zero_singletons(advantages, stats)
+    advantages = counts / (counts - 1).clamp(min=1) * (rewards.double() - stats.per_sample(stats.means))
+    return _only_informative(advantages, stats)
 
 
 def opo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -101,10 +108,10 @@ def opo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, lengths: torc
 
     rewards: [B] float; group_ids: [B] int64; lengths: [B] (trained tokens per sample). Returns [B] float32.
     """
-    rewards, lengths = rewards.float(), lengths.float()
+    rewards, lengths = rewards.double(), lengths.double()
     stats = group_stats(rewards, group_ids)
     baselines = group_sum(lengths * rewards, stats) / group_sum(lengths, stats).clamp(min=1e-8)
-    return _zero_singletons(rewards - stats.per_sample(baselines), stats)
+    return _only_informative(rewards - stats.per_sample(baselines), stats)
 
 
 def gpg_advantages(
@@ -120,11 +127,10 @@ def gpg_advantages(
 
     rewards: [B] float; group_ids: [B] int64. Returns [B] float32.
     """
-    rewards = rewards.float()
     stats = group_stats(rewards, group_ids)
     advantages = grpo_advantages(rewards, group_ids, std_normalize=std_normalize, eps=eps)
-    informative = stats.per_sample(group_std(rewards, stats)) > 0
-    alpha = len(rewards) / max(int(informative.sum()), 1) if informative.any() else 1.0
+    num_informative = int(stats.per_sample(stats.informative).sum())
+    alpha = len(rewards) / num_informative if num_informative else 1.0
     return alpha * advantages
 
 
@@ -135,25 +141,22 @@ def grpo_passk_advantages(
     sample of each group is credited, with its margin over the runner-up.
 
     A_best = (r_best - r_second) [/ (std_g(r) + eps) when std_normalize]; every other sample gets 0.
-    Ties for best go to the first such sample in batch order (the margin is then 0). Size-one groups: 0.
-    Constant groups: 0.
+    A tie for best gives margin 0. Size-one groups: 0. Constant groups: 0.
 
     rewards: [B] float; group_ids: [B] int64. Returns [B] float32.
     """
-    rewards = rewards.float()
+    rewards = rewards.double()
     stats = group_stats(rewards, group_ids)
     stds = group_std(rewards, stats)
     advantages = torch.zeros_like(rewards)
-    for group in range(len(stats.counts)):
+    for group in stats.informative.nonzero().squeeze(-1).tolist():
         members = (stats.index == group).nonzero().squeeze(-1)
-        if len(members) < 2:
-            continue
-        top2 = torch.topk(rewards[members], 2)  # ties keep the lower index first
+        top2 = torch.topk(rewards[members], 2)  # on a tie for best the margin is 0, whichever is picked
         margin = top2.values[0] - top2.values[1]
         if std_normalize:
             margin = margin / (stds[group] + eps)
         advantages[members[top2.indices[0]]] = margin
-    return advantages
+    return advantages.float()
 
 
 def whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
@@ -224,18 +227,17 @@ def reinforce_pp_advantages(token_rewards: torch.Tensor, loss_mask: torch.Tensor
 
 
 def reinforce_pp_baseline_advantages(
-    token_rewards: torch.Tensor, loss_mask: torch.Tensor, group_ids: torch.Tensor
+    rewards: torch.Tensor, loss_mask: torch.Tensor, group_ids: torch.Tensor
 ) -> torch.Tensor:
     """REINFORCE++-baseline (arXiv:2501.03262 v2, section 3.2): subtract the group mean of the sequence
     rewards, broadcast over trained tokens, then whiten over all trained tokens of the batch.
 
     Size-one and constant groups are 0 before whitening; whitening shifts them by -mean/std of the
-    batch, which is small but not 0 (as in the paper). token_rewards, loss_mask: [B, R]; group_ids: [B].
+    batch, which is small but not 0 (as in the paper). rewards: [B]; loss_mask: [B, R]; group_ids: [B].
     Returns [B, R] float32.
     """
-    rewards = token_rewards.sum(-1).float()
     stats = group_stats(rewards, group_ids)
-    centred = rewards - stats.per_sample(stats.means)
+    centred = _only_informative(rewards.double() - stats.per_sample(stats.means), stats)
     return whiten(centred.unsqueeze(-1) * loss_mask, loss_mask)
 
 
@@ -285,6 +287,7 @@ ADVANTAGE_ESTIMATORS = (*SEQUENCE_ESTIMATORS, "gae", "reinforce_pp", "reinforce_
 
 def compute_advantages(
     estimator: str,
+    rewards: torch.Tensor,
     token_rewards: torch.Tensor,
     loss_mask: torch.Tensor,
     group_ids: torch.Tensor,
@@ -297,8 +300,11 @@ def compute_advantages(
 ) -> AdvantageOutput:
     """Dispatch to the estimator `estimator`; [B, R] advantages, 0 where loss_mask is 0.
 
-    `values` [B, R] is required by gae, `baseline_rewards` [B] by remax. Sequence-level estimators see
-    the sequence reward token_rewards.sum(-1) and their advantage is broadcast over trained tokens.
+    rewards [B]: each sample's sequence reward (minus its summed KL when KL is in the reward), which the
+    outcome estimators compare within groups. It is passed apart from token_rewards [B, R] because a
+    sample masked out of the loss (e.g. truncated) has no token to carry its reward, yet its real score
+    still belongs in its group's baseline. `values` [B, R] is required by gae, `baseline_rewards` [B]
+    by remax.
     """
     loss_mask = loss_mask.float()
     if estimator == "gae":
@@ -308,12 +314,11 @@ def compute_advantages(
     if estimator == "reinforce_pp":
         return AdvantageOutput(reinforce_pp_advantages(token_rewards, loss_mask, gamma))
     if estimator == "reinforce_pp_baseline":
-        return AdvantageOutput(reinforce_pp_baseline_advantages(token_rewards, loss_mask, group_ids))
+        return AdvantageOutput(reinforce_pp_baseline_advantages(rewards, loss_mask, group_ids))
     if estimator == "remax":
         if baseline_rewards is None:
             raise ValueError("remax needs the rewards of the greedy responses (baseline_rewards)")
         return AdvantageOutput(remax_advantages(token_rewards, loss_mask, baseline_rewards))
-    rewards = token_rewards.sum(-1)
     if estimator == "opo":
         sequence = opo_advantages(rewards, group_ids, loss_mask.sum(-1))
     elif estimator == "rloo":

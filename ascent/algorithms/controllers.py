@@ -1,6 +1,6 @@
 """Coefficient controllers: pure update rules for the KL and entropy coefficients.
 
-The trainer keeps the current coefficient as state (saved in checkpoints) and calls these once per step.
+The trainer keeps the current coefficients as state (`ControllerState`) and calls these once per step.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ def adaptive_kl_coef(coef: float, observed_kl: float, target_kl: float, horizon:
 
     error = clip(observed_kl / target_kl - 1, -0.2, 0.2);  coef <- coef * (1 + error * num_samples / horizon).
     The coefficient grows while the policy drifts further from the reference than the target, and
-    shrinks while it stays closer; the clip bounds each change to 20% of num_samples / horizon.
+    shrinks while it stays closer; the clip bounds each change to 20% of num_samples / horizon. The
+    config requires horizon > 0.2 * num_samples, so the factor stays positive.
     """
     error = min(max(observed_kl / target_kl - 1, -0.2), 0.2)
     return coef * (1 + error * num_samples / horizon)

@@ -140,6 +140,16 @@ def _check_ranges(config: Config) -> None:
         )
     if algorithm.kl.controller == "adaptive" and algorithm.kl.coef == 0:
         raise ConfigError("algorithm.kl.controller=adaptive needs a starting algorithm.kl.coef > 0 (e.g. 0.01).")
+    samples = trainer.prompts_per_step * rollout.samples_per_prompt
+    if algorithm.kl.controller == "adaptive" and algorithm.kl.horizon <= 0.2 * samples:
+        raise ConfigError(
+            f"algorithm.kl.horizon={algorithm.kl.horizon} must be > 0.2 x the {samples} samples of a step, or one "
+            f"update of the adaptive KL controller can turn the coefficient negative; use e.g. {100 * samples}."
+        )
+    if algorithm.cov_lower >= algorithm.cov_upper:
+        raise ConfigError(
+            f"algorithm.cov_lower={algorithm.cov_lower} must be below algorithm.cov_upper={algorithm.cov_upper}."
+        )
     if len(optim.betas) != 2:
         raise ConfigError(f"optim.betas must be two numbers, e.g. [0.9, 0.999]; got {optim.betas}.")
     needs_groups = algorithm.advantage_estimator in GROUP_ESTIMATORS or algorithm.group_filter != "none"

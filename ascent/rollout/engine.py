@@ -12,8 +12,11 @@ from ascent.rollout.trajectories import SamplingParams, Trajectories
 
 
 class RolloutEngine(Protocol):
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> Trajectories:
-        """Sample `sampling.samples_per_prompt` responses per prompt; rows of prompt i have group id i."""
+    def generate(
+        self, prompt_token_ids: list[list[int]], sampling: SamplingParams, prompt_seeds: list[int] | None = None
+    ) -> Trajectories:
+        """Sample `sampling.samples_per_prompt` responses per prompt; rows of prompt i have group id i.
+        The samples of prompt i depend on prompt_seeds[i], never on the other prompts of the batch."""
         ...
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -1,7 +1,8 @@
 """The reference rollout engine: Hugging Face `generate` on the policy's own module.
 
-It is the correctness baseline for faster engines: plain sampling with no hidden processors, and
-per-token logprobs taken from the same temperature-scaled distribution the loss assumes.
+It is the correctness baseline for faster engines: seeded Gumbel-max sampling (exact samples of the
+temperature-scaled, top-k/top-p filtered distribution) and per-token logprobs taken from the same
+temperature-scaled distribution the loss assumes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Iterable
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
+from ascent.rollout.sampling import SeededGumbelSampler, row_seeds
 from ascent.rollout.trajectories import SamplingParams, Trajectories, left_pad, right_pad
 
 
@@ -24,34 +26,40 @@ class HFRolloutEngine:
         self.eos_token_ids = _eos_token_ids(model, tokenizer)
 
     @torch.no_grad()
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> Trajectories:
+    def generate(
+        self, prompt_token_ids: list[list[int]], sampling: SamplingParams, prompt_seeds: list[int] | None = None
+    ) -> Trajectories:
+        """Sample with per-row seeds (see `ascent.rollout.sampling`): prompt i's sample j depends only on
+        prompt_seeds[i] (default: sampling.seed + i), j and the weights, not on the rest of the batch."""
         device = next(self.model.parameters()).device
         repeated = [ids for ids in prompt_token_ids for _ in range(sampling.samples_per_prompt)]
         prompt_ids, prompt_mask = left_pad(repeated, self.pad_token_id)
         greedy = sampling.temperature == 0
-        recorder = _SampledLogprobs(temperature=1.0 if greedy else sampling.temperature)
+        processors = [_SampledLogprobs(temperature=1.0 if greedy else sampling.temperature)]
+        if not greedy:
+            seeds = (
+                prompt_seeds if prompt_seeds is not None else [sampling.seed + i for i in range(len(prompt_token_ids))]
+            )
+            rows = row_seeds(seeds, sampling.samples_per_prompt)
+            temperature, top_k, top_p = sampling.temperature, sampling.top_k, sampling.top_p
+            processors.append(SeededGumbelSampler(rows, prompt_ids.shape[1], temperature, top_k, top_p))
         generation_config = GenerationConfig(
-            do_sample=not greedy,
-            temperature=None if greedy else sampling.temperature,
-            top_p=None if greedy else sampling.top_p,
-            top_k=None if greedy else sampling.top_k,
+            do_sample=False,  # the seeded sampler above turns greedy decoding into sampling
             max_new_tokens=sampling.max_tokens,
             eos_token_id=self.eos_token_ids,
             pad_token_id=self.pad_token_id,
         )
         was_training = self.model.training
         self.model.eval()
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(sampling.seed)
-            sequences = self.model.generate(
-                input_ids=prompt_ids.to(device),
-                attention_mask=prompt_mask.to(device),
-                generation_config=generation_config,
-                logits_processor=LogitsProcessorList([recorder]),
-            )
+        sequences = self.model.generate(
+            input_ids=prompt_ids.to(device),
+            attention_mask=prompt_mask.to(device),
+            generation_config=generation_config,
+            logits_processor=LogitsProcessorList(processors),
+        )
         self.model.train(was_training)
         generated = sequences[:, prompt_ids.shape[1] :].cpu()
-        logprobs = recorder.logprobs_of(generated)
+        logprobs = processors[0].logprobs_of(generated)
         return self._to_trajectories(prompt_ids, prompt_mask, generated, logprobs, sampling)
 
     def _to_trajectories(self, prompt_ids, prompt_mask, generated, logprobs, sampling) -> Trajectories:
@@ -100,8 +108,8 @@ class HFRolloutEngine:
 class _SampledLogprobs(LogitsProcessor):
     """Records log softmax(logits / T) of each sampled token while `generate` runs.
 
-    Placed after generate's own processors (there are none in our GenerationConfig) and before its
-    temperature/top-p/top-k warpers, it sees the raw logits. Step t's distribution is kept until
+    Placed first in the processor list (our GenerationConfig adds none of its own), it sees the raw
+    logits, before the seeded sampler perturbs them. Step t's distribution is kept until
     step t+1 reveals the sampled token in `input_ids`, so memory stays at one [B, V] row block.
     """
 

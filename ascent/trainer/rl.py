@@ -67,41 +67,48 @@ class RLTrainer:
         return self.run_dir
 
     def train_step(self, step: int) -> dict[str, float]:
-        algorithm = self.config.algorithm
         timings: dict[str, float] = {}
         with timed(timings, "step"):
             batch, records, metrics = self.collect(step, timings)
-            if len(batch) == 0:
-                logger.warning("step %d: every group scored the same; nothing to train on", step)
-                return metrics | timings
-            baseline_rewards = None
-            if algorithm.advantage_estimator == "remax":
-                with timed(timings, "rollout"):
-                    baseline_rewards, metrics["reward/greedy_baseline"] = self.greedy_baseline(batch, records)
-            if algorithm.mask_truncated:
-                batch.loss_mask = mask_truncated(batch.loss_mask, batch.finish_reasons)
-            with timed(timings, "logprobs"):
-                entropy = None  # per token, only for the adaptive entropy control
-                if algorithm.entropy.adaptive:
-                    batch.old_logprobs, entropy = self.policy.call("compute_logprobs", batch, with_entropy=True)
-                else:
-                    batch.old_logprobs = self.policy.call("compute_logprobs", batch)
-                if self.reference is not None:
-                    batch.ref_logprobs = self.reference.call("compute_logprobs", batch)
-                if self.critic is not None:
-                    batch.values = self.critic.call("compute_values", batch)
-            metrics |= self.compute_advantages(batch, baseline_rewards)
-            coefficients = self.loss_coefficients(batch, entropy)
-            with timed(timings, "update"):
-                update_metrics = self.policy.call("update", batch, coefficients=coefficients)
-                if self.critic is not None:
-                    critic_metrics = self.critic.call("update", batch)
-                    metrics |= {f"critic/{name}": value for name, value in critic_metrics.items()}
-            with timed(timings, "sync_weights"):
-                self.policy.call("sync_rollout_weights")
-        metrics |= {f"policy/{name}": value for name, value in update_metrics.items()}
-        metrics |= self.update_controllers(metrics, len(batch))
+            if len(batch):
+                metrics |= self.learn(batch, records, timings)
+        if not len(batch):
+            logger.warning("step %d: every group scored the same; nothing to train on", step)
+            return metrics | timings
         return metrics | batch_metrics(batch) | timings | throughput(batch, timings)
+
+    def learn(self, batch: Trajectories, records: list[PromptRecord], timings: dict[str, float]) -> dict[str, float]:
+        """logprobs, advantages, update, sync weights: everything after the batch is collected."""
+        algorithm = self.config.algorithm
+        metrics: dict[str, float] = {}
+        baseline_rewards = None
+        if algorithm.advantage_estimator == "remax":
+            with timed(timings, "rollout"):
+                baseline_rewards, metrics["reward/greedy_baseline"] = self.greedy_baseline(batch, records)
+        if algorithm.mask_truncated:
+            batch.loss_mask = mask_truncated(batch.loss_mask, batch.finish_reasons)
+        with timed(timings, "logprobs"):
+            entropy = None  # per token, only for the adaptive entropy control
+            if algorithm.entropy.adaptive:
+                batch.old_logprobs, entropy = self.policy.call("compute_logprobs", batch, with_entropy=True)
+            else:
+                batch.old_logprobs = self.policy.call("compute_logprobs", batch)
+            if self.reference is not None:
+                batch.ref_logprobs = self.reference.call("compute_logprobs", batch)
+            if self.critic is not None:
+                batch.values = self.critic.call("compute_values", batch)
+        metrics |= self.compute_advantages(batch, baseline_rewards)
+        coefficients = self.loss_coefficients(batch, entropy)
+        with timed(timings, "update"):
+            metrics |= {
+                f"policy/{name}": value
+                for name, value in self.policy.call("update", batch, coefficients=coefficients).items()
+            }
+            if self.critic is not None:
+                metrics |= {f"critic/{name}": value for name, value in self.critic.call("update", batch).items()}
+        with timed(timings, "sync_weights"):
+            self.policy.call("sync_rollout_weights")
+        return metrics | self.update_controllers(metrics, len(batch))
 
     def collect(self, step: int, timings: dict[str, float]) -> tuple[Trajectories, list[PromptRecord], dict]:
         """Rollout and score `prompts_per_step` prompts. With a group filter, groups whose rewards are all equal
@@ -118,7 +125,10 @@ class RLTrainer:
             new_records = [self.data.train[i] for i in self.sampler.next_indices(wanted)]
             with timed(timings, "rollout"):
                 prompts = [record.prompt_token_ids for record in new_records]
-                batch = self.policy.call("generate", prompts, self._sampling(step, generation_round))
+                sampling = self._sampling(step, generation_round)
+                # One seed per prompt, by its place in the step: a worker group may split the prompts any way.
+                prompt_seeds = [sampling.seed * 1_000_003 + len(records) + i for i in range(len(prompts))]
+                batch = self.policy.call("generate", prompts, sampling, prompt_seeds)
             batch.group_ids = batch.group_ids + len(records)
             records += new_records
             with timed(timings, "score"):
@@ -132,6 +142,15 @@ class RLTrainer:
             if algorithm.group_filter != "dynamic" or num_informative_groups >= wanted:
                 break
         batch = concat_trajectories(kept)
+        if algorithm.group_filter == "dynamic" and num_informative_groups < wanted:
+            logger.warning(
+                "step %d: %d of %d groups informative after %d rollout rounds (algorithm.max_generation_rounds); "
+                "training on a smaller batch",
+                step,
+                num_informative_groups,
+                wanted,
+                algorithm.max_generation_rounds,
+            )
         if algorithm.group_filter == "dynamic":
             first_groups = list(dict.fromkeys(batch.group_ids.tolist()))[:wanted]
             batch = batch.select(torch.isin(batch.group_ids, torch.tensor(first_groups)).nonzero().squeeze(-1))
@@ -165,16 +184,20 @@ class RLTrainer:
         return torch.tensor([by_group[group] for group in batch.group_ids.tolist()]), float(greedy.rewards.mean())
 
     def compute_advantages(self, batch: Trajectories, baseline_rewards: torch.Tensor | None) -> dict[str, float]:
-        """Token rewards (with the KL penalty when KL is in the reward), then the configured estimator."""
+        """Rewards (minus the KL penalty when KL is in the reward), then the configured estimator."""
         algorithm = self.config.algorithm
-        metrics, kl = {}, None
-        if self.reference is not None and algorithm.kl.placement == "reward":
+        metrics, kl, kl_coef = {}, None, 0.0
+        rewards = batch.rewards
+        if self.reference is not None:
             kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, algorithm.kl.estimator)
-            metrics["kl/reward_kl"] = masked_mean(kl, batch.loss_mask)
-        kl_coef = self.controllers.kl_coef if kl is not None else 0.0
+            metrics["kl/token_mean"] = masked_mean(kl, batch.loss_mask)  # what the adaptive controller steers
+            if algorithm.kl.placement == "reward":
+                kl_coef = self.controllers.kl_coef
+                rewards = rewards - kl_coef * (kl * batch.loss_mask).sum(-1)
         token_rewards = token_level_rewards(batch.rewards, batch.loss_mask, kl, kl_coef)
         output = compute_advantages(
             algorithm.advantage_estimator,
+            rewards,
             token_rewards,
             batch.loss_mask,
             batch.group_ids,
@@ -206,12 +229,13 @@ class RLTrainer:
         if self.reference is not None:
             report["kl/coef"] = state.kl_coef
             if algorithm.kl.controller == "adaptive":
-                observed = metrics.get("kl/reward_kl", metrics.get("policy/kl_ref", 0.0))
+                observed = metrics["kl/token_mean"]
                 kl = algorithm.kl
                 state.kl_coef = adaptive_kl_coef(state.kl_coef, observed, kl.target, kl.horizon, num_samples)
         if algorithm.entropy.adaptive:
             entropy = algorithm.entropy
             report["entropy/coef"] = state.entropy_coef
+            report["entropy/observed"] = state.last_entropy
             report["entropy/bonus_active"] = float(entropy_bonus_active(state.last_entropy, entropy.target))
             state.entropy_coef = adaptive_entropy_coef(
                 state.entropy_coef, state.last_entropy, entropy.target, entropy.delta, entropy.max_coef
@@ -270,7 +294,7 @@ class RLTrainer:
 
 @dataclass
 class ControllerState:
-    """What the coefficient controllers carry from step to step (part of a checkpoint)."""
+    """What the coefficient controllers carry from step to step; a checkpoint must save it to resume exactly."""
 
     kl_coef: float
     entropy_coef: float

@@ -76,8 +76,10 @@ class PolicyWorker:
         self.policy_loss = build_policy_loss(config.algorithm, seed=config.trainer.seed)
         self.policy_version = 0
 
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> Trajectories:
-        trajectories = self.engine.generate(prompt_token_ids, sampling)
+    def generate(
+        self, prompt_token_ids: list[list[int]], sampling: SamplingParams, prompt_seeds: list[int] | None = None
+    ) -> Trajectories:
+        trajectories = self.engine.generate(prompt_token_ids, sampling, prompt_seeds)
         trajectories.policy_version = self.policy_version
         return trajectories
 

@@ -33,7 +33,8 @@ def test_bf16_update_moves_the_policy_and_keeps_the_engine_in_step(tokenizer, pr
     assert next(policy.model.parameters()).dtype == torch.bfloat16
     batch.rewards = torch.tensor([float(i % 2) for i in range(len(batch))])
     token_rewards = token_level_rewards(batch.rewards, batch.loss_mask)
-    batch.advantages = compute_advantages("grpo", token_rewards, batch.loss_mask, batch.group_ids).advantages
+    advantages = compute_advantages("grpo", batch.rewards, token_rewards, batch.loss_mask, batch.group_ids)
+    batch.advantages = advantages.advantages
     batch.old_logprobs = policy.compute_logprobs(batch)
     before = [p.detach().clone() for p in policy.model.parameters()]
     metrics = policy.update(batch)

@@ -133,9 +133,8 @@ def test_reinforce_pp_whitens_discounted_returns_over_the_batch():
 
 def test_reinforce_pp_baseline_centres_by_group_then_whitens():
     # centred [0.5, -0.5] over tokens [0.5, 0.5, -0.5]: mean 1/6, unbiased std sqrt(1/3)
-    token_rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
-    advantages = reinforce_pp_baseline_advantages(token_rewards, mask, torch.tensor([0, 0]))
+    advantages = reinforce_pp_baseline_advantages(torch.tensor([1.0, 0.0]), mask, torch.tensor([0, 0]))
     s = math.sqrt(1 / 3)
     expected = torch.tensor([[(1 / 3) / s, (1 / 3) / s], [(-2 / 3) / s, 0.0]])
     torch.testing.assert_close(advantages, expected, atol=1e-5, rtol=1e-5)
@@ -160,7 +159,8 @@ def test_token_level_rewards_sit_on_the_last_trained_token_minus_kl():
 def test_sequence_advantage_is_broadcast_over_trained_tokens_only():
     loss_mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     token_rewards = token_level_rewards(torch.tensor([1.0, 0.0]), loss_mask)
-    advantages = compute_advantages("grpo", token_rewards, loss_mask, torch.tensor([0, 0])).advantages
+    advantages = compute_advantages("grpo", torch.tensor([1.0, 0.0]), token_rewards, loss_mask, torch.tensor([0, 0]))
+    advantages = advantages.advantages
     a = 0.5 / math.sqrt(0.5) / (1 + 1e-6 / math.sqrt(0.5))  # (r - mean) / (std + eps), std = sqrt(0.5)
     torch.testing.assert_close(advantages, torch.tensor([[a, a, 0.0], [-a, 0.0, 0.0]]))
 
@@ -168,11 +168,11 @@ def test_sequence_advantage_is_broadcast_over_trained_tokens_only():
 def test_compute_advantages_names_what_gae_and_remax_need():
     mask = torch.ones(2, 2)
     with pytest.raises(ValueError, match="critic"):
-        compute_advantages("gae", torch.zeros(2, 2), mask, torch.tensor([0, 0]))
+        compute_advantages("gae", torch.zeros(2), torch.zeros(2, 2), mask, torch.tensor([0, 0]))
     with pytest.raises(ValueError, match="greedy"):
-        compute_advantages("remax", torch.zeros(2, 2), mask, torch.tensor([0, 0]))
+        compute_advantages("remax", torch.zeros(2), torch.zeros(2, 2), mask, torch.tensor([0, 0]))
     with pytest.raises(ValueError, match="available: grpo"):
-        compute_advantages("grop", torch.zeros(2, 2), mask, torch.tensor([0, 0]))
+        compute_advantages("grop", torch.zeros(2), torch.zeros(2, 2), mask, torch.tensor([0, 0]))
 
 
 group_rewards = st.lists(st.floats(-10, 10, allow_nan=False, width=32), min_size=2, max_size=6)
@@ -199,3 +199,23 @@ def test_group_centred_advantages_sum_to_zero(rewards):
     tensor, groups = torch.tensor(rewards), torch.zeros(len(rewards), dtype=torch.long)
     for advantages in (grpo_advantages(tensor, groups, std_normalize=False), rloo_advantages(tensor, groups)):
         assert abs(float(advantages.sum())) < 1e-3
+
+
+def test_equal_rewards_give_exactly_zero_despite_float_rounding():
+    # 0.7 summed 16 times is not 16 * 0.7 in float32: a naive (r - mean) / (std + eps) gives |A| ~ 0.1
+    rewards = torch.full((16,), 0.7)
+    groups = torch.zeros(16, dtype=torch.long)
+    assert torch.equal(grpo_advantages(rewards, groups), torch.zeros(16))
+    mixed = torch.cat([torch.tensor([1.0, 0.0]), torch.full((8,), 0.7)])
+    gpg = gpg_advantages(mixed, torch.tensor([0, 0] + [1] * 8))
+    torch.testing.assert_close(gpg, torch.tensor([2.5, -2.5] + [0.0] * 8))  # alpha = 10 / 2
+
+
+def test_a_sample_masked_out_of_the_loss_keeps_its_reward_in_the_group_baseline():
+    rewards = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    mask = torch.ones(4, 3)
+    mask[3] = 0  # truncated and masked: no token carries its reward
+    token_rewards = token_level_rewards(rewards, mask)
+    advantages = compute_advantages("grpo", rewards, token_rewards, mask, torch.zeros(4, dtype=torch.long))
+    a = 1 / math.sqrt(4 / 3) / (1 + 1e-6 / math.sqrt(4 / 3))  # mean 0, unbiased std sqrt(4/3)
+    torch.testing.assert_close(advantages.advantages[:, 0], torch.tensor([a, a, -a, 0.0]))

@@ -218,6 +218,7 @@ def test_unknown_tiny_preset_lists_the_presets():
         ("algorithm.dual_clip=0.5", "algorithm.dual_clip must be > 1 (3 is usual) or 0"),
         ("algorithm.gamma=1.5", "algorithm.gamma must be in [0, 1]"),
         ("algorithm.kl.controller=adaptive", "needs a starting algorithm.kl.coef > 0"),
+        ("algorithm.cov_lower=6", "algorithm.cov_lower=6.0 must be below algorithm.cov_upper=5.0"),
         ("algorithm.kl.placement=rewards", "Did you mean 'reward'?"),
         ("algorithm.loss_aggregation=mean", "not one of: token-mean, token-sum, seq-mean-token-sum,"),
         ("algorithm.critic=1", "Unknown config key 'algorithm.critic'. Did you mean 'critic'?"),
@@ -258,6 +259,13 @@ def test_unknown_preset_suggests_the_nearest():
 def test_every_preset_loads_and_validates():
     for name in ALGORITHM_PRESETS:
         assert load(f"algorithm.name={name}").algorithm.name == name
+
+
+def test_adaptive_kl_horizon_must_keep_the_coefficient_positive():
+    message = config_error(
+        *BATCH, "algorithm.kl.coef=0.1", "algorithm.kl.controller=adaptive", "algorithm.kl.horizon=5"
+    )
+    assert "algorithm.kl.horizon=5 must be > 0.2 x the 32 samples" in message
 
 
 def test_group_filter_needs_several_samples_per_prompt():
