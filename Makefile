@@ -13,7 +13,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH)"
-	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev,ray]"
 	touch $@
 
 # SFT warm start (format + some arithmetic), then GRPO on the built-in arithmetic task.

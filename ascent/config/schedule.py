@@ -51,11 +51,17 @@ def derive_schedule(config: Config) -> Schedule:
             f"(trainer.prompts_per_step={prompts} x rollout.samples_per_prompt={per_prompt}). "
             f"{fix}, or set 0 for one update per step."
         )
-    if mini % micro:
-        divisors = [d for d in range(1, mini + 1) if mini % d == 0]
+    workers = config.trainer.num_workers if config.trainer.backend == "ray" else 1
+    if prompts % workers or mini % workers:
         raise ConfigError(
-            f"optim.micro_batch_size={micro} does not divide optim.mini_batch_size={mini}. Use one of {divisors}."
+            f"trainer.num_workers={workers} must divide trainer.prompts_per_step={prompts} and the mini-batch of "
+            f"{mini} samples: each rank takes an equal share."
         )
+    per_rank = mini // workers
+    if per_rank % micro:
+        divisors = [d for d in range(1, per_rank + 1) if per_rank % d == 0]
+        where = f"optim.mini_batch_size={mini}" if workers == 1 else f"the {per_rank} samples per rank of a mini-batch"
+        raise ConfigError(f"optim.micro_batch_size={micro} does not divide {where}. Use one of {divisors}.")
     return Schedule(
         prompts_per_step=prompts,
         samples_per_prompt=per_prompt,
@@ -63,7 +69,7 @@ def derive_schedule(config: Config) -> Schedule:
         mini_batch_size=mini,
         mini_batches_per_epoch=samples // mini,
         micro_batch_size=micro,
-        grad_accumulation_steps=mini // micro,
+        grad_accumulation_steps=per_rank // micro,
         epochs=config.optim.epochs,
         updates_per_step=(samples // mini) * config.optim.epochs,
         total_steps=config.trainer.steps,
@@ -72,6 +78,8 @@ def derive_schedule(config: Config) -> Schedule:
 
 def check_sft_schedule(config: Config) -> None:
     """`ascent sft` takes `sft.batch_size` examples per step, split like an RL step's samples."""
+    if config.trainer.backend != "local":
+        raise ConfigError("ascent sft runs with trainer.backend=local for now.")
     batch, optim = config.sft.batch_size, config.optim
     mini = optim.mini_batch_size or batch
     if batch % mini or mini % optim.micro_batch_size:

@@ -157,9 +157,17 @@ class TrainerConfig:
     run_name: str = "ascent"
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    backend: str = "local"
+    backend: str = "local"  # local: workers in this process | ray: Ray actors, one torch.distributed world
+    num_workers: int = 1  # ray: data-parallel workers (ranks), each with its FSDP2 shard of the model
+    worker_timeout_s: float = 600.0  # ray: a worker call or collective that takes longer ends the run
+    weight_sync_bucket_mb: int = 256  # ray: full weights reach the rollout engine in buckets of this size
     progress_bar: bool = True
     save_final_model: bool = True  # write a Hugging Face directory to <output_dir>/final at the end
+
+
+@dataclass
+class RayConfig:
+    address: str | None = None  # an existing cluster (`ray start --head`); None = start one on this machine
 
 
 @dataclass
@@ -173,3 +181,4 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    ray: RayConfig = field(default_factory=RayConfig)

@@ -2,7 +2,8 @@
 
 The controller calls `group.call("method", batch, ...)`; the group splits the batch over its
 data-parallel ranks, runs the method on each worker and gathers the results in rank order. The trainer
-loop only sees this interface, so the same loop drives in-process workers and (later) Ray actors.
+loop only sees this interface, so the same loop drives in-process workers and Ray actors
+(`ray_group.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ class WorkerGroup(Protocol):
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any: ...
 
+    def shutdown(self) -> None: ...
+
 
 class LocalWorkerGroup:
     """One worker in this process: no split, no gather; the call is a plain method call."""
@@ -26,3 +29,6 @@ class LocalWorkerGroup:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.worker, method)(*args, **kwargs)
+
+    def shutdown(self) -> None:
+        """Nothing to release: the worker lives and dies with this process."""

@@ -49,6 +49,16 @@ class RLTrainer:
         self.history: list[dict[str, float]] = []
 
     def fit(self) -> Path:
+        try:
+            self._fit()
+        finally:
+            for group in (self.policy, self.reference, self.critic):
+                if group is not None:
+                    group.shutdown()
+        self._summarise()
+        return self.run_dir
+
+    def _fit(self) -> None:
         trainer = self.config.trainer
         metrics_logger = MetricsLogger(self.run_dir, trainer.steps, trainer.progress_bar)
         if self.data.val:
@@ -63,8 +73,6 @@ class RLTrainer:
             self.policy.call("save_pretrained", self.run_dir / "final")
             if self.critic is not None:
                 self.critic.call("save", self.run_dir / "critic")
-        self._summarise()
-        return self.run_dir
 
     def train_step(self, step: int) -> dict[str, float]:
         timings: dict[str, float] = {}

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,5 +48,21 @@ def build_components(config: Config) -> Components:
     rewards = RewardManager(resolve_reward_functions(config.reward.function, sources), config.reward.failure_score)
     device = resolve_device(config.trainer.device)
     logger.info("model %s on %s", config.model.path, device)
-    policy = LocalWorkerGroup(PolicyWorker(config, tokenizer, device, total_steps=config.trainer.steps))
+    factory = functools.partial(PolicyWorker, config, tokenizer, device, config.trainer.steps)
+    policy = build_worker_group(config, factory, PolicyWorker.DISPATCH, device)
     return Components(tokenizer=tokenizer, data=data, rewards=rewards, device=device, policy=policy)
+
+
+def build_worker_group(config: Config, factory: Callable[[], Any], dispatch: dict[str, str], device) -> WorkerGroup:
+    """The worker in this process (backend local), or `trainer.num_workers` Ray actors forming one
+    torch.distributed world (backend ray), each building its worker with `factory`."""
+    if config.trainer.backend == "local":
+        return LocalWorkerGroup(factory())
+    from ascent.controller.ray_group import RayWorkerGroup, connect_ray
+
+    connect_ray(config.ray.address)
+    trainer = config.trainer
+    logger.info("starting %d Ray workers", trainer.num_workers)
+    return RayWorkerGroup(
+        factory, dispatch, trainer.num_workers, use_gpu=device.type == "cuda", timeout_s=trainer.worker_timeout_s
+    )

@@ -11,6 +11,7 @@ import torch
 from ascent.algorithms.losses import LossOutput
 from ascent.config.schema import OptimConfig
 from ascent.rollout.trajectories import Trajectories
+from ascent.workers.distributed import all_reduce_sum, world_size
 
 
 def lr_multiplier(step: int, warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float) -> float:
@@ -58,24 +59,25 @@ def train_on_batch(
     `micro_batch_loss(micro, normaliser)`, whose shares then sum to the mini-batch loss.
     Returns metrics averaged over the updates; an update whose gradient norm is not finite is skipped."""
     device = next(model.parameters()).device
-    mini_batch_size = config.mini_batch_size or len(batch)
-    totals: dict[str, float] = defaultdict(float)
-    num_updates = 0
+    ranks = world_size()
+    # `config.mini_batch_size` counts samples over all ranks; each rank holds its share of every mini-batch.
+    mini_batch_size = (config.mini_batch_size // ranks) if config.mini_batch_size else len(batch)
+    shares: dict[str, float] = defaultdict(float)
+    grad_norms, skipped = [], 0
     for _ in range(config.epochs):
         for mini_batch in batch.split(mini_batch_size):
             mini_normaliser = normaliser(mini_batch)
             optimizer.zero_grad(set_to_none=True)
             for micro in mini_batch.split(config.micro_batch_size):
                 output = micro_batch_loss(micro.to(device), mini_normaliser)
-                output.loss.backward()
+                # Data parallelism averages gradients over ranks; the shares are parts of a sum.
+                (output.loss * ranks).backward()
                 for name, value in output.metrics.items():
-                    totals[name] += float(value)
+                    shares[name] += float(value)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
             if math.isfinite(grad_norm):
                 optimizer.step()
-            totals["grad_norm"] += grad_norm
-            totals["skipped_updates"] += float(not math.isfinite(grad_norm))
-            num_updates += 1
-    metrics = {name: value / num_updates for name, value in totals.items()}
-    metrics["skipped_updates"] = totals["skipped_updates"]
-    return metrics
+            grad_norms.append(grad_norm)
+            skipped += not math.isfinite(grad_norm)
+    metrics = {name: value / len(grad_norms) for name, value in all_reduce_sum(dict(shares)).items()}
+    return metrics | {"grad_norm": sum(grad_norms) / len(grad_norms), "skipped_updates": float(skipped)}

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from ascent.algorithms.kl import kl_penalty
 from ascent.algorithms.losses import (
@@ -19,10 +22,12 @@ from ascent.algorithms.losses import (
     truncated_importance_weights,
 )
 from ascent.config.schema import AlgorithmConfig, Config
+from ascent.controller.dispatch import SPLIT
 from ascent.models.builders import build_model_from_config
 from ascent.models.logprobs import entropy_from_logits, response_logits, token_logprobs
 from ascent.rollout.engine import build_rollout_engine
 from ascent.rollout.trajectories import SamplingParams, Trajectories
+from ascent.workers.distributed import all_reduce_sum, full_parameters_in_buckets, rank, shard_model, world_size
 from ascent.workers.logprobs import compute_response_logprobs
 from ascent.workers.optim import build_lr_scheduler, build_optimizer, train_on_batch
 
@@ -61,7 +66,15 @@ def build_policy_loss(algorithm: AlgorithmConfig, seed: int = 0) -> Callable[...
 
 
 class PolicyWorker:
-    """Holds the model being trained. Training and generation take turns on the same device and weights."""
+    """Holds the model being trained. Training and generation take turns on the same device.
+
+    Alone (world size 1) the rollout engine generates with the trained module itself. In a data-parallel
+    world the trained module is sharded with FSDP2 and the engine holds a full replica, which
+    `sync_rollout_weights` refreshes from the gathered shards after every update.
+    """
+
+    # How a worker group spreads each method over ranks (see ascent/controller/dispatch.py).
+    DISPATCH: ClassVar[dict[str, str]] = {"generate": SPLIT, "compute_logprobs": SPLIT, "update": SPLIT}
 
     def __init__(self, config: Config, tokenizer, device: torch.device, total_steps: int) -> None:
         self.config = config
@@ -69,10 +82,15 @@ class PolicyWorker:
         model = build_model_from_config(config.model, tokenizer, config.trainer.seed)
         if config.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        self.model = model.to(device).train()
+        model = model.to(device).train()
+        self.rollout_model = model
+        if world_size() > 1:
+            self.rollout_model = copy.deepcopy(model)
+            model = shard_model(model)
+        self.model = model
         self.optimizer = build_optimizer(self.model, config.optim)
         self.scheduler = build_lr_scheduler(self.optimizer, config.optim, total_steps)
-        self.engine = build_rollout_engine(config.rollout.engine, self.model, tokenizer)
+        self.engine = build_rollout_engine(config.rollout.engine, self.rollout_model, tokenizer)
         self.policy_loss = build_policy_loss(config.algorithm, seed=config.trainer.seed)
         self.policy_version = 0
 
@@ -107,7 +125,7 @@ class PolicyWorker:
             self.optimizer,
             batch,
             self.config.optim,
-            normaliser=lambda mini_batch: loss_normaliser(aggregation, mini_batch.loss_mask, max_tokens),
+            normaliser=lambda mini_batch: global_loss_normaliser(aggregation, mini_batch.loss_mask, max_tokens),
             micro_batch_loss=lambda micro, normaliser: self._micro_batch_loss(
                 micro, normaliser, objective, coefficients
             ),
@@ -148,13 +166,31 @@ class PolicyWorker:
         return LossOutput(loss=loss, metrics=metrics)
 
     def sync_rollout_weights(self) -> int:
-        """Hand the updated weights to the rollout engine and bump the policy version."""
-        self.engine.update_weights(self.model.named_parameters())
+        """Hand the updated weights to the rollout engine and bump the policy version. Alone, the engine
+        shares the trained tensors and nothing is copied; sharded, the full weights are gathered and
+        loaded bucket by bucket."""
+        if self.rollout_model is self.model:
+            self.engine.update_weights(self.model.named_parameters())
+        else:
+            for bucket in full_parameters_in_buckets(self.model, self.config.trainer.weight_sync_bucket_mb << 20):
+                self.engine.update_weights(bucket)
         self.policy_version += 1
         return self.policy_version
 
     def save_pretrained(self, directory: str | Path) -> None:
-        """A Hugging Face directory (safetensors, config, tokenizer) that `from_pretrained` loads."""
-        self.model.save_pretrained(directory)
-        self.tokenizer.save_pretrained(directory)
-        self.model.generation_config.save_pretrained(directory)
+        """A Hugging Face directory (safetensors, config, tokenizer) that `from_pretrained` loads; when
+        sharded, every rank gathers and rank 0 writes."""
+        state = None
+        if self.rollout_model is not self.model:
+            state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if rank() == 0:
+            self.rollout_model.save_pretrained(directory, state_dict=state)
+            self.tokenizer.save_pretrained(directory)
+            self.rollout_model.generation_config.save_pretrained(directory)
+
+
+def global_loss_normaliser(mode: str, loss_mask: torch.Tensor, max_response_tokens: int) -> float:
+    """`loss_normaliser` of the mini-batch across all data-parallel ranks. token-sum's is the constant 1;
+    every other mode's is a count (tokens or samples) that adds up over ranks."""
+    local = loss_normaliser(mode, loss_mask, max_response_tokens)
+    return local if mode == "token-sum" else all_reduce_sum({"normaliser": local})["normaliser"]

@@ -1,0 +1,63 @@
+"""torch.distributed helpers for workers that form one data-parallel world (Ray actors, or torchrun).
+
+Free functions, so a worker's distributed set-up reads top to bottom: shard the model with FSDP2,
+sum a metric over ranks, gather full weights for the rollout engine in buckets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def shard_model(model: torch.nn.Module, param_dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """FSDP2: `fully_shard` each transformer block (the classes in the model's `_no_split_modules`), then
+    the root, over all ranks. Each block's parameters are gathered for its forward and freed after.
+    With `param_dtype` (e.g. bf16) blocks compute in it while gradients are reduced in fp32."""
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None)
+    block_classes = set(getattr(model, "_no_split_modules", None) or [])
+    blocks = [module for module in model.modules() if type(module).__name__ in block_classes]
+    if not blocks:
+        raise ValueError(f"{type(model).__name__} names no transformer block class in _no_split_modules to shard")
+    for block in blocks:
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    return model
+
+
+def all_reduce_sum(values: dict[str, float]) -> dict[str, float]:
+    """Sum every value over the ranks (one collective for the whole dict; keys must match on all ranks)."""
+    if world_size() == 1 or not values:
+        return values
+    names = sorted(values)
+    tensor = torch.tensor([float(values[name]) for name in names], dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return dict(zip(names, tensor.tolist(), strict=True))
+
+
+def full_parameters_in_buckets(model: torch.nn.Module, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """The full (unsharded) parameters, a bucket of about `bucket_bytes` at a time. Every rank must iterate
+    to the end: gathering each sharded parameter is a collective."""
+    bucket, size = [], 0
+    for name, parameter in model.named_parameters():
+        tensor = parameter.detach()
+        full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        bucket.append((name, full))
+        size += full.numel() * full.element_size()
+        if size >= bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+    if bucket:
+        yield bucket
