@@ -52,10 +52,10 @@ def derive_schedule(config: Config) -> Schedule:
             f"{fix}, or set 0 for one update per step."
         )
     workers = config.trainer.num_workers if config.trainer.backend == "ray" else 1
-    if prompts % workers or mini % workers:
+    if mini % workers:
         raise ConfigError(
-            f"trainer.num_workers={workers} must divide trainer.prompts_per_step={prompts} and the mini-batch of "
-            f"{mini} samples: each rank takes an equal share."
+            f"trainer.num_workers={workers} must divide the mini-batch of {mini} samples (optim.mini_batch_size): "
+            "each rank takes an equal share."
         )
     per_rank = mini // workers
     if per_rank % micro:

@@ -158,7 +158,9 @@ class TrainerConfig:
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     backend: str = "local"  # local: workers in this process | ray: Ray actors, one torch.distributed world
-    num_workers: int = 1  # ray: data-parallel workers (ranks), each with its FSDP2 shard of the model
+    num_workers: int = 1  # ray: data-parallel workers (ranks) in all, each with its FSDP2 shard of the model
+    nnodes: int = 1  # ray: nodes the workers spread over, num_workers / nnodes on each
+    gpus_per_node: int = 0  # ray: 0 = workers on CPU (gloo); N = one GPU per worker (NCCL), N workers per node
     worker_timeout_s: float = 600.0  # ray: a worker call or collective that takes longer ends the run
     weight_sync_bucket_mb: int = 256  # ray: full weights reach the rollout engine in buckets of this size
     progress_bar: bool = True

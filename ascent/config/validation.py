@@ -170,20 +170,22 @@ def _check_ranges(config: Config) -> None:
 
 
 def _check_backend(config: Config) -> None:
-    algorithm, trainer = config.algorithm, config.trainer
+    trainer = config.trainer
     if trainer.backend != "ray":
         return
-    # Not yet on Ray: the critic and reference roles, and batches whose size need not divide over the
-    # ranks (group filters, ReMax's greedy pass).
-    unsupported = {
-        "algorithm.advantage_estimator=gae (a critic)": algorithm.advantage_estimator == "gae",
-        "algorithm.kl.coef > 0 (a reference model)": algorithm.kl.coef > 0,
-        f"algorithm.group_filter={algorithm.group_filter}": algorithm.group_filter != "none",
-        "algorithm.advantage_estimator=remax": algorithm.advantage_estimator == "remax",
-    }
-    named = [name for name, used in unsupported.items() if used]
-    if named:
-        raise ConfigError(f"trainer.backend=ray does not support {', '.join(named)} yet; use trainer.backend=local.")
+    _positive("trainer.nnodes", trainer.nnodes)
+    _positive("trainer.gpus_per_node", trainer.gpus_per_node, allow_zero=True)
+    if trainer.num_workers % trainer.nnodes:
+        raise ConfigError(
+            f"trainer.num_workers={trainer.num_workers} does not spread evenly over trainer.nnodes={trainer.nnodes}."
+        )
+    if trainer.gpus_per_node and trainer.num_workers != trainer.nnodes * trainer.gpus_per_node:
+        raise ConfigError(
+            f"trainer.num_workers={trainer.num_workers} must be trainer.nnodes x trainer.gpus_per_node "
+            f"= {trainer.nnodes * trainer.gpus_per_node}: one worker per GPU."
+        )
+    if trainer.device.startswith("cuda") and not trainer.gpus_per_node:
+        raise ConfigError("trainer.device=cuda with trainer.backend=ray needs trainer.gpus_per_node > 0.")
 
 
 def _check_data(config: Config) -> None:

@@ -2,8 +2,9 @@
 
 `split` methods get their batch arguments partitioned, balanced by token count: a Trajectories batch into
 equal-size parts (so that every rank runs the same number of forward/backward passes and the FSDP
-collectives line up), a list of prompts into parts that may differ by one. The results come back in the
-caller's order. `all` methods get the same arguments on every rank.
+collectives line up; a batch that does not divide is padded with copies of its shortest row that carry no
+response tokens, and their results are dropped), a list of prompts into parts that may differ by one. The
+results come back in the caller's order. `all` methods get the same arguments on every rank.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class SplitCall:
     parts: list[list[int]]
     prompts_split: bool  # the batch was a list of prompts (generate): results are Trajectories per prompt
     token_ratio: float  # max / min tokens over the ranks
+    num_items: int  # rows of the caller's batch; parts index rows >= num_items are padding
 
 
 def split_arguments(args: tuple, num_ranks: int) -> SplitCall:
@@ -50,8 +52,11 @@ def split_arguments(args: tuple, num_ranks: int) -> SplitCall:
     batch = next((a for a in args if isinstance(a, (Trajectories, list))), None)
     if batch is None:
         raise ValueError("a split call needs a Trajectories or list argument")
+    num_items = len(batch)
     if isinstance(batch, Trajectories):
-        weights = (batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)).tolist()
+        padded = pad_to_multiple(batch, num_ranks)
+        args = tuple(padded if arg is batch else arg for arg in args)
+        weights = (padded.prompt_mask.sum(-1) + padded.response_mask.sum(-1)).tolist()
         parts = balanced_partition(weights, num_ranks)
     else:  # prompts to generate from: no collectives there, so ranks may take unequal shares (or none)
         weights = [len(prompt) for prompt in batch]
@@ -60,7 +65,20 @@ def split_arguments(args: tuple, num_ranks: int) -> SplitCall:
     for part in parts:
         args_per_rank.append(tuple(_cut(arg, part, len(weights)) for arg in args))
     sums = [sum(weights[i] for i in part) for part in parts]
-    return SplitCall(args_per_rank, parts, isinstance(batch, list), max(sums) / max(min(sums), 1))
+    return SplitCall(args_per_rank, parts, isinstance(batch, list), max(sums) / max(min(sums), 1), num_items)
+
+
+def pad_to_multiple(batch: Trajectories, multiple: int) -> Trajectories:
+    """`batch` with rows appended until its length divides by `multiple`: copies of its shortest row whose
+    response and loss masks are zero, so they add nothing to a loss, a normaliser or a metric."""
+    missing = -len(batch) % multiple
+    if not missing:
+        return batch
+    shortest = int((batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)).argmin())
+    padded = batch.select(list(range(len(batch))) + [shortest] * missing)  # every field, advantages included
+    padded.response_mask[len(batch) :] = 0
+    padded.loss_mask[len(batch) :] = 0
+    return padded
 
 
 def _cut(arg: Any, part: list[int], length: int) -> Any:
@@ -83,7 +101,7 @@ def gather_results(results: list[Any], call: SplitCall) -> Any:
             result.group_ids = torch.tensor(part)[result.group_ids]
         merged = concat_trajectories(results)
         return merged.select(torch.argsort(merged.group_ids, stable=True))
-    order = torch.argsort(torch.tensor([i for part in call.parts for i in part]))
+    order = torch.argsort(torch.tensor([i for part in call.parts for i in part]))[: call.num_items]  # no padding
     if isinstance(first, Trajectories):
         return concat_trajectories(results).select(order)
     if isinstance(first, torch.Tensor):

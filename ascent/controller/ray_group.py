@@ -1,6 +1,7 @@
-"""RayWorkerGroup: N Ray actors in a placement group, forming one torch.distributed world.
+"""The Ray backend: N Ray actors in a placement group (a RayWorld) forming one torch.distributed world.
 
-Each actor holds one worker (e.g. a PolicyWorker) of rank r. The controller calls `group.call(...)`
+Each actor holds rank r's worker of every role (policy, reference, critic), colocated on its device; a
+RayWorkerGroup is one role's view of the world. The controller calls `group.call(...)`
 exactly as it calls the in-process group; methods marked `split` in the worker's DISPATCH get the batch
 cut over the ranks (see `dispatch.py`), the others run on every rank with the same arguments.
 Gloo on CPU, NCCL on GPU; every collective has the configured timeout, and a worker that raises or
@@ -47,7 +48,8 @@ def _free_port() -> tuple[str, int]:
 
 @ray.remote
 class _RankProcess:
-    """One rank: joins the process group, then builds and serves its worker."""
+    """One rank: joins the process group, then builds and serves its workers, one per role (policy,
+    reference, critic), which take turns on the same device."""
 
     def __init__(self, rank: int, world_size: int, address: str, port: int, backend: str, timeout_s: float) -> None:
         import torch.distributed as dist
@@ -60,14 +62,13 @@ class _RankProcess:
             world_size=world_size,
             timeout=timedelta(seconds=timeout_s),
         )
-        self.rank = rank
-        self.worker = None
+        self.workers: dict[str, Any] = {}
 
-    def build(self, factory: Callable[[], Any]) -> None:
-        self.worker = factory()
+    def build(self, role: str, factory: Callable[[], Any]) -> None:
+        self.workers[role] = factory()
 
-    def run(self, method: str, args: tuple, kwargs: dict) -> Any:
-        return getattr(self.worker, method)(*args, **kwargs)
+    def run(self, role: str, method: str, args: tuple, kwargs: dict) -> Any:
+        return getattr(self.workers[role], method)(*args, **kwargs)
 
     def shutdown(self) -> None:
         import torch.distributed as dist
@@ -76,54 +77,52 @@ class _RankProcess:
             dist.destroy_process_group()
 
 
-class RayWorkerGroup:
-    def __init__(
-        self,
-        factory: Callable[[], Any],
-        dispatch: dict[str, str],
-        num_workers: int,
-        use_gpu: bool = False,
-        timeout_s: float = 600.0,
-        placement_strategy: str = "PACK",
-    ) -> None:
-        self.world_size = num_workers
-        self.dispatch = dispatch
-        self.timeout_s = timeout_s
-        bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
-        self.placement_group = placement_group([bundle] * num_workers, strategy=placement_strategy)
-        self._get(self.placement_group.ready(), "placement group")
+class RayWorld:
+    """`num_workers` actors, `num_workers / nnodes` on each node, forming one torch.distributed world.
 
-        def in_bundle(index: int) -> PlacementGroupSchedulingStrategy:
-            return PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=index)
+    Each node gets one placement-group bundle (spread strictly over distinct nodes when nnodes > 1); a rank
+    takes one CPU, and one GPU when `use_gpu`. Roles are colocated: `group(role, ...)` builds that role's
+    worker in every actor and returns the WorkerGroup the trainer calls.
+    """
+
+    def __init__(self, num_workers: int, nnodes: int = 1, use_gpu: bool = False, timeout_s: float = 600.0) -> None:
+        if num_workers % nnodes:
+            raise ValueError(f"{num_workers} workers do not spread evenly over {nnodes} nodes")
+        self.world_size = num_workers
+        self.timeout_s = timeout_s
+        per_node = num_workers // nnodes
+        bundle = {"CPU": per_node, "GPU": per_node} if use_gpu else {"CPU": per_node}
+        strategy = "STRICT_SPREAD" if nnodes > 1 else "PACK"
+        self.placement_group = placement_group([bundle] * nnodes, strategy=strategy)
+        self._closed = False
+        self._get(self.placement_group.ready(), f"placement group ({nnodes} x {bundle}, {strategy})")
+
+        def on_node(node: int) -> PlacementGroupSchedulingStrategy:
+            return PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=node)
 
         free_port = ray.remote(num_cpus=0)(_free_port)
-        address, port = self._get(free_port.options(scheduling_strategy=in_bundle(0)).remote(), "rendezvous")
+        address, port = self._get(free_port.options(scheduling_strategy=on_node(0)).remote(), "rendezvous")
         backend = "nccl" if use_gpu else "gloo"
         self.actors = [
-            _RankProcess.options(num_cpus=1, num_gpus=1 if use_gpu else 0, scheduling_strategy=in_bundle(rank)).remote(
-                rank, num_workers, address, port, backend, timeout_s
-            )
+            _RankProcess.options(
+                num_cpus=1, num_gpus=1 if use_gpu else 0, scheduling_strategy=on_node(rank // per_node)
+            ).remote(rank, num_workers, address, port, backend, timeout_s)
             for rank in range(num_workers)
         ]
-        self._get_all([actor.build.remote(factory) for actor in self.actors], "build")
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        mode = self.dispatch.get(method, ALL)
-        if mode == SPLIT:
-            split = split_arguments(args, self.world_size)
-            futures = [
-                actor.run.remote(method, rank_args, kwargs)
-                for actor, rank_args in zip(self.actors, split.args_per_rank, strict=False)  # a rank may get none
-            ]
-            result = gather_results(self._get_all(futures, method), split)
-            if isinstance(result, dict):
-                result = result | {"rank_token_ratio": split.token_ratio}
-            return result
-        return self._get_all([actor.run.remote(method, args, kwargs) for actor in self.actors], method)[0]
+    def group(self, role: str, factory: Callable[[], Any], dispatch: dict[str, str]) -> RayWorkerGroup:
+        """Build `factory()` as `role` on every rank (in rank order of completion; FSDP2 set-up needs no
+        collective) and return the group that dispatches its methods."""
+        self.results([actor.build.remote(role, factory) for actor in self.actors], f"building {role}")
+        return RayWorkerGroup(self, role, dispatch)
 
     def shutdown(self) -> None:
+        """Stop every actor and free the placement group; safe to call again."""
+        if self._closed:
+            return
+        self._closed = True
         with contextlib.suppress(WorkerError):  # a dead worker has nothing left to shut down
-            self._get_all([actor.shutdown.remote() for actor in self.actors], "shutdown")
+            self.results([actor.shutdown.remote() for actor in self.actors], "shutdown")
         for actor in self.actors:
             ray.kill(actor)
         remove_placement_group(self.placement_group)
@@ -134,7 +133,7 @@ class RayWorkerGroup:
         except GetTimeoutError as error:
             raise WorkerError(f"{what}: no answer within {self.timeout_s:.0f} s (trainer.worker_timeout_s)") from error
 
-    def _get_all(self, futures: list, what: str) -> list[Any]:
+    def results(self, futures: list, what: str) -> list[Any]:
         """Results in rank order. The first failure (an exception, a dead process, or the timeout) is raised
         as a WorkerError naming the rank, with the worker's own traceback."""
         pending = list(futures)
@@ -148,6 +147,34 @@ class RayWorkerGroup:
         except (RayTaskError, RayActorError) as error:
             failed = next(rank for rank, future in enumerate(futures) if _failed(future))
             raise WorkerError(f"{what} failed on rank {failed}:\n{error}") from error
+
+
+class RayWorkerGroup:
+    """One role's view of a RayWorld: `call` dispatches a method of that role's workers over the ranks."""
+
+    def __init__(self, world: RayWorld, role: str, dispatch: dict[str, str]) -> None:
+        self.world = world
+        self.role = role
+        self.dispatch = dispatch
+        self.world_size = world.world_size
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        actors, role = self.world.actors, self.role
+        if self.dispatch.get(method, ALL) == SPLIT:
+            split = split_arguments(args, self.world_size)
+            futures = [
+                actor.run.remote(role, method, rank_args, kwargs)
+                for actor, rank_args in zip(actors, split.args_per_rank, strict=False)  # a rank may get none
+            ]
+            result = gather_results(self.world.results(futures, method), split)
+            if isinstance(result, dict):
+                result = result | {"rank_token_ratio": split.token_ratio}
+            return result
+        return self.world.results([actor.run.remote(role, method, args, kwargs) for actor in actors], method)[0]
+
+    def shutdown(self) -> None:
+        """Roles share their actors: the first group shut down stops the world."""
+        self.world.shutdown()
 
 
 def _failed(future) -> bool:

@@ -32,13 +32,15 @@ class ValueModel(torch.nn.Module):
         ).last_hidden_state
         return self.head(hidden).squeeze(-1).float()
 
-    def save(self, directory: str | Path) -> None:
-        """The body as a Hugging Face directory (`AutoModel.from_pretrained` loads it) plus `value_head.safetensors`."""
-        self.body.save_pretrained(directory)
-        save_file(
-            {name: tensor.contiguous() for name, tensor in self.head.state_dict().items()},
-            str(Path(directory) / "value_head.safetensors"),
-        )
+    def save(self, directory: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """The body as a Hugging Face directory (`AutoModel.from_pretrained` loads it) plus `value_head.safetensors`.
+        `state_dict` (this module's keys) replaces the live tensors, e.g. the full weights gathered from shards."""
+        state_dict = state_dict if state_dict is not None else self.state_dict()
+        body = {name.removeprefix("body."): tensor for name, tensor in state_dict.items() if name.startswith("body.")}
+        head = {name.removeprefix("head."): tensor for name, tensor in state_dict.items() if name.startswith("head.")}
+        self.body.save_pretrained(directory, state_dict=body)
+        head_file = str(Path(directory) / "value_head.safetensors")
+        save_file({name: tensor.contiguous() for name, tensor in head.items()}, head_file)
 
 
 def build_value_model(

@@ -15,7 +15,6 @@ from ascent.algorithms.controllers import adaptive_entropy_coef, adaptive_kl_coe
 from ascent.algorithms.filters import informative_samples, mask_truncated, overlong_penalty
 from ascent.algorithms.kl import kl_penalty
 from ascent.config import Config, derive_schedule
-from ascent.controller.worker_group import LocalWorkerGroup
 from ascent.data.records import PromptRecord
 from ascent.data.sampler import PromptSampler
 from ascent.rewards.manager import ScoredBatch
@@ -23,9 +22,7 @@ from ascent.rollout.trajectories import SamplingParams, Trajectories, concat_tra
 from ascent.trainer.setup import build_components
 from ascent.trainer.tracking import MetricsLogger, prepare_run_dir, timed
 from ascent.trainer.validation import decode_responses, is_validation_step, reward_metrics, validate
-from ascent.workers.critic import CriticWorker
 from ascent.workers.policy import LossCoefficients
-from ascent.workers.reference import ReferenceWorker
 
 logger = logging.getLogger(__name__)
 
@@ -36,14 +33,9 @@ class RLTrainer:
         self.run_dir = prepare_run_dir(config, "rl")
         logger.info("run directory %s\nschedule:\n%s", self.run_dir, derive_schedule(config).describe())
         parts = build_components(config)
-        self.tokenizer, self.data, self.rewards, self.policy = parts.tokenizer, parts.data, parts.rewards, parts.policy
-        algorithm, steps = config.algorithm, config.trainer.steps
-        self.reference = None
-        if algorithm.kl.coef > 0:
-            self.reference = LocalWorkerGroup(ReferenceWorker(config, self.tokenizer, parts.device))
-        self.critic = None
-        if algorithm.advantage_estimator == "gae":
-            self.critic = LocalWorkerGroup(CriticWorker(config, self.tokenizer, parts.device, total_steps=steps))
+        self.tokenizer, self.data, self.rewards = parts.tokenizer, parts.data, parts.rewards
+        self.policy, self.reference, self.critic = parts.policy, parts.reference, parts.critic
+        algorithm = config.algorithm
         self.sampler = PromptSampler(len(self.data.train), config.data.seed, config.data.shuffle)
         self.controllers = ControllerState(kl_coef=algorithm.kl.coef, entropy_coef=algorithm.entropy.coef)
         self.history: list[dict[str, float]] = []

@@ -44,7 +44,7 @@ def sft_batch(records: list[PromptRecord], tokenizer, max_response_tokens: int) 
 def train_sft(config: Config) -> Path:
     check_sft_schedule(config)
     run_dir = prepare_run_dir(config, "sft")
-    parts = build_components(config)
+    parts = build_components(config, with_rl_roles=False)
     tokenizer, data, policy = parts.tokenizer, parts.data, parts.policy
     sampler = PromptSampler(len(data.train), config.data.seed, config.data.shuffle)
     max_tokens = config.rollout.max_response_tokens

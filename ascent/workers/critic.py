@@ -4,24 +4,31 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
-from ascent.algorithms.losses import LossOutput, loss_normaliser, value_loss
+from ascent.algorithms.losses import LossOutput, value_loss
 from ascent.config.schema import Config
+from ascent.controller.dispatch import SPLIT
 from ascent.models.value import build_value_model, response_values
 from ascent.rollout.trajectories import Trajectories
-from ascent.workers.optim import build_lr_scheduler, build_optimizer, train_on_batch
+from ascent.workers.distributed import full_state_dict, rank, shard_model, world_size
+from ascent.workers.optim import build_lr_scheduler, build_optimizer, global_loss_normaliser, train_on_batch
 
 
 class CriticWorker:
-    """Values for GAE before the update, then regression of the values onto the returns."""
+    """Values for GAE before the update, then regression of the values onto the returns. Sharded with FSDP2
+    like the policy in a data-parallel world."""
+
+    DISPATCH: ClassVar[dict[str, str]] = {"compute_values": SPLIT, "update": SPLIT}
 
     def __init__(self, config: Config, tokenizer, device: torch.device, total_steps: int) -> None:
         model = config.model
         path = config.critic.path or model.path
-        self.model = build_value_model(path, tokenizer, model.dtype, config.trainer.seed, model.trust_remote_code)
-        self.model.to(device).train()
+        value_model = build_value_model(path, tokenizer, model.dtype, config.trainer.seed, model.trust_remote_code)
+        value_model = value_model.to(device).train()
+        self.model = shard_model(value_model) if world_size() > 1 else value_model
         self.optim = dataclasses.replace(config.optim, lr=config.critic.lr)
         self.optimizer = build_optimizer(self.model, self.optim)
         self.scheduler = build_lr_scheduler(self.optimizer, self.optim, total_steps)
@@ -48,7 +55,7 @@ class CriticWorker:
             self.optimizer,
             batch,
             self.optim,
-            normaliser=lambda mini: loss_normaliser(self.aggregation, mini.loss_mask, self.max_response_tokens),
+            normaliser=lambda mini: global_loss_normaliser(self.aggregation, mini, self.max_response_tokens),
             micro_batch_loss=self._micro_batch_loss,
         )
         metrics["lr"] = self.optimizer.param_groups[0]["lr"]
@@ -56,8 +63,11 @@ class CriticWorker:
         return metrics
 
     def save(self, directory: str | Path) -> None:
-        """The value model: its body as a Hugging Face directory plus `value_head.safetensors`."""
-        self.model.save(directory)
+        """The value model: its body as a Hugging Face directory plus `value_head.safetensors`. When sharded,
+        every rank gathers and rank 0 writes."""
+        state = full_state_dict(self.model) if world_size() > 1 else None
+        if rank() == 0:
+            self.model.save(directory, state)
 
     def _micro_batch_loss(self, micro: Trajectories, normaliser: float) -> LossOutput:
         values = response_values(self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids,

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -27,7 +28,7 @@ def shard_model(model: torch.nn.Module, param_dtype: torch.dtype | None = None) 
     the root, over all ranks. Each block's parameters are gathered for its forward and freed after.
     With `param_dtype` (e.g. bf16) blocks compute in it while gradients are reduced in fp32."""
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None)
-    block_classes = set(getattr(model, "_no_split_modules", None) or [])
+    block_classes = {name for module in model.modules() for name in getattr(module, "_no_split_modules", None) or []}
     blocks = [module for module in model.modules() if type(module).__name__ in block_classes]
     if not blocks:
         raise ValueError(f"{type(model).__name__} names no transformer block class in _no_split_modules to shard")
@@ -35,6 +36,12 @@ def shard_model(model: torch.nn.Module, param_dtype: torch.dtype | None = None) 
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     return model
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer unsharded, on the CPU. A collective when the model is sharded: every rank
+    must call it."""
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def all_reduce_sum(values: dict[str, float]) -> dict[str, float]:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from ascent.algorithms.losses import LossOutput
+from ascent.algorithms.losses import LossOutput, loss_normaliser
 from ascent.config.schema import OptimConfig
 from ascent.rollout.trajectories import Trajectories
 from ascent.workers.distributed import all_reduce_sum, world_size
@@ -81,3 +81,16 @@ def train_on_batch(
             skipped += not math.isfinite(grad_norm)
     metrics = {name: value / len(grad_norms) for name, value in all_reduce_sum(dict(shares)).items()}
     return metrics | {"grad_norm": sum(grad_norms) / len(grad_norms), "skipped_updates": float(skipped)}
+
+
+def global_loss_normaliser(mode: str, mini_batch: Trajectories, max_response_tokens: int) -> float:
+    """`loss_normaliser` of a mini-batch spread over all data-parallel ranks: each rank's count (tokens or
+    samples) summed over ranks. Rows without response tokens are padding a worker group added so that the
+    batch divides over the ranks: they are not samples. A rank with nothing to count adds 0, not the 1 that
+    `loss_normaliser` returns for an empty mask."""
+    if mode == "token-sum":
+        return 1.0
+    loss_mask = mini_batch.loss_mask[mini_batch.response_mask.any(-1)]
+    countable = len(loss_mask) if mode == "seq-mean-token-sum-norm" else bool(loss_mask.any())
+    local = loss_normaliser(mode, loss_mask, max_response_tokens) if countable else 0.0
+    return max(all_reduce_sum({"normaliser": local})["normaliser"], 1.0)

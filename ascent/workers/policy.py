@@ -10,14 +10,12 @@ from pathlib import Path
 from typing import ClassVar
 
 import torch
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from ascent.algorithms.kl import kl_penalty
 from ascent.algorithms.losses import (
     POLICY_LOSSES,
     LossOutput,
     aggregate,
-    loss_normaliser,
     nll_loss,
     truncated_importance_weights,
 )
@@ -27,9 +25,9 @@ from ascent.models.builders import build_model_from_config
 from ascent.models.logprobs import entropy_from_logits, response_logits, token_logprobs
 from ascent.rollout.engine import build_rollout_engine
 from ascent.rollout.trajectories import SamplingParams, Trajectories
-from ascent.workers.distributed import all_reduce_sum, full_parameters_in_buckets, rank, shard_model, world_size
+from ascent.workers.distributed import full_parameters_in_buckets, full_state_dict, rank, shard_model, world_size
 from ascent.workers.logprobs import compute_response_logprobs
-from ascent.workers.optim import build_lr_scheduler, build_optimizer, train_on_batch
+from ascent.workers.optim import build_lr_scheduler, build_optimizer, global_loss_normaliser, train_on_batch
 
 
 @dataclass
@@ -125,7 +123,7 @@ class PolicyWorker:
             self.optimizer,
             batch,
             self.config.optim,
-            normaliser=lambda mini_batch: global_loss_normaliser(aggregation, mini_batch.loss_mask, max_tokens),
+            normaliser=lambda mini_batch: global_loss_normaliser(aggregation, mini_batch, max_tokens),
             micro_batch_loss=lambda micro, normaliser: self._micro_batch_loss(
                 micro, normaliser, objective, coefficients
             ),
@@ -180,17 +178,8 @@ class PolicyWorker:
     def save_pretrained(self, directory: str | Path) -> None:
         """A Hugging Face directory (safetensors, config, tokenizer) that `from_pretrained` loads; when
         sharded, every rank gathers and rank 0 writes."""
-        state = None
-        if self.rollout_model is not self.model:
-            state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        state = full_state_dict(self.model) if self.rollout_model is not self.model else None
         if rank() == 0:
             self.rollout_model.save_pretrained(directory, state_dict=state)
             self.tokenizer.save_pretrained(directory)
             self.rollout_model.generation_config.save_pretrained(directory)
-
-
-def global_loss_normaliser(mode: str, loss_mask: torch.Tensor, max_response_tokens: int) -> float:
-    """`loss_normaliser` of the mini-batch across all data-parallel ranks. token-sum's is the constant 1;
-    every other mode's is a count (tokens or samples) that adds up over ranks."""
-    local = loss_normaliser(mode, loss_mask, max_response_tokens)
-    return local if mode == "token-sum" else all_reduce_sum({"normaliser": local})["normaliser"]

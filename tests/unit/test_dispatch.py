@@ -77,3 +77,16 @@ def test_prompts_may_split_unevenly_and_a_rank_may_get_none():
     call = split_arguments(([[1] * 3, [2] * 2, [3]],), 2)
     assert sorted(len(args[0]) for args in call.args_per_rank) == [1, 2]
     assert len(split_arguments(([[1] * 3],), 4).args_per_rank) == 1
+
+
+def test_a_batch_that_does_not_divide_is_padded_with_rows_that_train_nothing():
+    batch = make_batch([3, 1, 4, 1, 5], [5, 9, 2, 6, 5])
+    batch.advantages = torch.arange(5.0)[:, None].expand(5, 9).clone()
+    call = split_arguments((batch,), 2)
+    rank_batches = [args[0] for args in call.args_per_rank]
+    assert [len(b) for b in rank_batches] == [3, 3]
+    assert sum(int(b.loss_mask.sum()) for b in rank_batches) == int(batch.loss_mask.sum())  # padding trains nothing
+    assert sum(int(b.response_mask.sum()) for b in rank_batches) == int(batch.response_mask.sum())
+    assert all(b.advantages is not None for b in rank_batches)  # update's fields travel with the padding
+    results = [b.advantages[:, 0] for b in rank_batches]  # one value per row, padding included
+    assert gather_results(results, call).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]  # padding dropped, order kept
