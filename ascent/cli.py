@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(command: str, config) -> int:
+    from ascent.controller.worker_group import WorkerError
     from ascent.data.records import DataError
 
     try:
@@ -59,6 +60,12 @@ def _run(command: str, config) -> int:
     except (DataError, ConfigError) as error:
         print(f"ascent: {error}", file=sys.stderr)
         return 2
+    except WorkerError as error:
+        hint = ""
+        if command == "train" and config.trainer.save_every:
+            hint = "\nRerun the same command to continue from the last checkpoint (trainer.resume=auto)."
+        print(f"ascent: a worker failed: {error}{hint}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -165,6 +165,9 @@ class TrainerConfig:
     weight_sync_bucket_mb: int = 256  # ray: full weights reach the rollout engine in buckets of this size
     progress_bar: bool = True
     save_final_model: bool = True  # write a Hugging Face directory to <output_dir>/final at the end
+    save_every: int = 0  # checkpoint every N steps and after the last (0 = never); <output_dir>/checkpoints/step_N
+    keep_last: int = 0  # keep the newest N checkpoints (0 = all)
+    resume: str = "auto"  # auto: continue from the newest checkpoint in output_dir, if any | never | a checkpoint dir
 
 
 @dataclass

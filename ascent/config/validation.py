@@ -84,6 +84,7 @@ def _check_ranges(config: Config) -> None:
         ("trainer.num_workers", trainer.num_workers),
         ("trainer.worker_timeout_s", trainer.worker_timeout_s),
         ("trainer.weight_sync_bucket_mb", trainer.weight_sync_bucket_mb),
+        ("trainer.nnodes", trainer.nnodes),
         ("optim.micro_batch_size", optim.micro_batch_size),
         ("optim.epochs", optim.epochs),
         ("optim.lr", optim.lr),
@@ -108,6 +109,8 @@ def _check_ranges(config: Config) -> None:
         ("optim.mini_batch_size", optim.mini_batch_size),
         ("trainer.val_every", trainer.val_every),
         ("trainer.val_max_prompts", trainer.val_max_prompts),
+        ("trainer.save_every", trainer.save_every),
+        ("trainer.keep_last", trainer.keep_last),
     ]:
         _positive(key, value, allow_zero=True)
     for key, value in [
@@ -173,7 +176,6 @@ def _check_backend(config: Config) -> None:
     trainer = config.trainer
     if trainer.backend != "ray":
         return
-    _positive("trainer.nnodes", trainer.nnodes)
     _positive("trainer.gpus_per_node", trainer.gpus_per_node, allow_zero=True)
     if trainer.num_workers % trainer.nnodes:
         raise ConfigError(

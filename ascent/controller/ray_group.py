@@ -23,10 +23,9 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from ascent.controller.dispatch import ALL, SPLIT, gather_results, split_arguments
+from ascent.controller.worker_group import WorkerError
 
-
-class WorkerError(RuntimeError):
-    """A worker failed; the message names its rank and carries its original traceback."""
+_SETTLE_S = 5.0  # how long a failed call waits for the other ranks' outcome before reporting
 
 
 def connect_ray(address: str | None) -> None:
@@ -134,8 +133,9 @@ class RayWorld:
             raise WorkerError(f"{what}: no answer within {self.timeout_s:.0f} s (trainer.worker_timeout_s)") from error
 
     def results(self, futures: list, what: str) -> list[Any]:
-        """Results in rank order. The first failure (an exception, a dead process, or the timeout) is raised
-        as a WorkerError naming the rank, with the worker's own traceback."""
+        """Results in rank order. A failure (an exception, a dead process, or the timeout) is raised as a
+        WorkerError naming the rank, with the worker's own traceback. When a rank dies its peers fail too,
+        inside a collective; the dead rank is the one reported."""
         pending = list(futures)
         try:
             while pending:
@@ -144,9 +144,16 @@ class RayWorld:
                     raise WorkerError(f"{what}: no answer within {self.timeout_s:.0f} s (trainer.worker_timeout_s)")
                 ray.get(done[0])  # raises at once if that rank failed
             return ray.get(futures)
-        except (RayTaskError, RayActorError) as error:
-            failed = next(rank for rank, future in enumerate(futures) if _failed(future))
-            raise WorkerError(f"{what} failed on rank {failed}:\n{error}") from error
+        except (RayTaskError, RayActorError):
+            ray.wait(futures, num_returns=len(futures), timeout=_SETTLE_S)  # let a peer's death show
+            failures = [(rank, _failure(future)) for rank, future in enumerate(futures)]
+            failures = [(rank, error) for rank, error in failures if error is not None]
+            rank, error = min(failures, key=lambda failure: not isinstance(failure[1], RayActorError))
+            if isinstance(error, RayActorError):
+                raise WorkerError(
+                    f"{what} failed: rank {rank}'s process died (killed, out of memory, or crashed):\n{error}"
+                ) from error
+            raise WorkerError(f"{what} failed on rank {rank}:\n{error}") from error
 
 
 class RayWorkerGroup:
@@ -177,11 +184,12 @@ class RayWorkerGroup:
         self.world.shutdown()
 
 
-def _failed(future) -> bool:
+def _failure(future) -> Exception | None:
+    """The error a finished call raised; None if it succeeded or is still running."""
     try:
         ray.get(future, timeout=0)
-        return False
-    except (RayTaskError, RayActorError):
-        return True
+    except (RayTaskError, RayActorError) as error:
+        return error
     except GetTimeoutError:
-        return False
+        pass
+    return None

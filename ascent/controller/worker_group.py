@@ -11,6 +11,10 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 
+class WorkerError(RuntimeError):
+    """A worker failed; the message names its rank and carries its original traceback."""
+
+
 class WorkerGroup(Protocol):
     world_size: int
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 import time
@@ -15,10 +16,12 @@ from ascent.algorithms.controllers import adaptive_entropy_coef, adaptive_kl_coe
 from ascent.algorithms.filters import informative_samples, mask_truncated, overlong_penalty
 from ascent.algorithms.kl import kl_penalty
 from ascent.config import Config, derive_schedule
+from ascent.controller.worker_group import WorkerGroup
 from ascent.data.records import PromptRecord
 from ascent.data.sampler import PromptSampler
 from ascent.rewards.manager import ScoredBatch
 from ascent.rollout.trajectories import SamplingParams, Trajectories, concat_trajectories
+from ascent.trainer.checkpoint import load_checkpoint, resume_point, save_checkpoint
 from ascent.trainer.setup import build_components
 from ascent.trainer.tracking import MetricsLogger, prepare_run_dir, timed
 from ascent.trainer.validation import decode_responses, is_validation_step, reward_metrics, validate
@@ -39,27 +42,61 @@ class RLTrainer:
         self.sampler = PromptSampler(len(self.data.train), config.data.seed, config.data.shuffle)
         self.controllers = ControllerState(kl_coef=algorithm.kl.coef, entropy_coef=algorithm.entropy.coef)
         self.history: list[dict[str, float]] = []
+        self.resumed_step = 0
+        try:
+            resume_from = resume_point(config, self.run_dir)
+            if resume_from is not None:
+                self.restore(resume_from)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def trained_groups(self) -> dict[str, WorkerGroup]:
+        """The roles whose state changes during the run; the reference stays the initial model."""
+        return {role: group for role, group in (("policy", self.policy), ("critic", self.critic)) if group is not None}
+
+    def save(self, step: int) -> None:
+        state = {"sampler": self.sampler.state_dict(), "controllers": dataclasses.asdict(self.controllers)}
+        path = save_checkpoint(self.run_dir, step, self.trained_groups(), state, self.config)
+        logger.info("checkpoint %s", path)
+
+    def restore(self, path: Path) -> None:
+        """Continue from the checkpoint at `path`: workers, data position, controllers, RNG, step."""
+        state = load_checkpoint(path, self.trained_groups(), self.config)
+        self.sampler.load_state_dict(state["sampler"])
+        self.controllers = ControllerState(**state["controllers"])
+        self.resumed_step = state["step"]
+        logger.info("resumed from %s (step %d)", path, self.resumed_step)
 
     def fit(self) -> Path:
         try:
             self._fit()
         finally:
-            for group in (self.policy, self.reference, self.critic):
-                if group is not None:
-                    group.shutdown()
+            self.shutdown()
         self._summarise()
         return self.run_dir
 
+    def shutdown(self) -> None:
+        """Release the worker groups (Ray actors and their devices); safe to call again."""
+        for group in (self.policy, self.reference, self.critic):
+            if group is not None:
+                group.shutdown()
+
     def _fit(self) -> None:
         trainer = self.config.trainer
-        metrics_logger = MetricsLogger(self.run_dir, trainer.steps, trainer.progress_bar)
-        if self.data.val:
+        metrics_logger = MetricsLogger(self.run_dir, trainer.steps, trainer.progress_bar, self.resumed_step)
+        self.history = list(metrics_logger.kept)
+        if self.resumed_step >= trainer.steps:
+            logger.info("the checkpoint is at step %d: trainer.steps=%d are done", self.resumed_step, trainer.steps)
+        if self.data.val and not self.resumed_step:
             self._log(metrics_logger, 0, self.validate())
-        for step in range(1, trainer.steps + 1):
+        for step in range(self.resumed_step + 1, trainer.steps + 1):
             metrics = self.train_step(step)
             if self.data.val and is_validation_step(step, trainer.steps, trainer.val_every):
                 metrics |= self.validate()
             self._log(metrics_logger, step, metrics)
+            if trainer.save_every and (step % trainer.save_every == 0 or step == trainer.steps):
+                self.save(step)
         metrics_logger.close()
         if trainer.save_final_model:
             self.policy.call("save_pretrained", self.run_dir / "final")

@@ -60,15 +60,29 @@ def configure_logging(log_file: Path | None = None) -> None:
 
 
 class MetricsLogger:
-    """One JSON line per step in `metrics.jsonl`, one short line per step on the console."""
+    """One JSON line per step in `metrics.jsonl`, one short line per step on the console.
 
-    def __init__(self, run_dir: Path, total_steps: int, progress_bar: bool = True) -> None:
-        self.file = (run_dir / "metrics.jsonl").open("w")  # a rerun into the same directory starts afresh
-        self.total_steps = total_steps
+    A fresh run starts the file afresh. A run resumed after step `resumed_step` keeps the lines up to that
+    step (`kept`) and drops later ones, which the resumed run writes again."""
+
+    def __init__(self, run_dir: Path, total_steps: int, progress_bar: bool = True, resumed_step: int = 0) -> None:
+        path = run_dir / "metrics.jsonl"
+        self.kept: list[dict] = []
+        if resumed_step and path.exists():
+            lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            self.kept = [entry for entry in lines if entry["step"] <= resumed_step]
+        self.file = path.open("w")
+        for entry in self.kept:
+            self.file.write(json.dumps(entry) + "\n")
+        self.total_steps, self.first_step = total_steps, resumed_step
         self.start = time.perf_counter()
         # The bar redraws in place on a terminal; in a log file the per-step line (with its ETA) is enough.
         self.bar = tqdm(
-            total=total_steps, unit="step", dynamic_ncols=True, disable=not (progress_bar and sys.stderr.isatty())
+            total=total_steps,
+            initial=resumed_step,
+            unit="step",
+            dynamic_ncols=True,
+            disable=not (progress_bar and sys.stderr.isatty()),
         )
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -76,11 +90,11 @@ class MetricsLogger:
         self.file.write(json.dumps({"step": step, **clean}) + "\n")
         self.file.flush()
         parts = [f"{label} {fmt.format(metrics[name])}" for name, label, fmt in CONSOLE_METRICS if name in metrics]
-        if step > 0:
-            remaining = (time.perf_counter() - self.start) / step * (self.total_steps - step)
+        if step > self.first_step:
+            remaining = (time.perf_counter() - self.start) / (step - self.first_step) * (self.total_steps - step)
             parts.append(f"eta {int(remaining) // 60}:{int(remaining) % 60:02d}")
         self.bar.write(f"step {step:>4} | " + " | ".join(parts))
-        if step > 0:
+        if step > self.first_step:
             self.bar.update(1)
 
     def close(self) -> None:

@@ -13,7 +13,14 @@ from ascent.config.schema import Config
 from ascent.controller.dispatch import SPLIT
 from ascent.models.value import build_value_model, response_values
 from ascent.rollout.trajectories import Trajectories
-from ascent.workers.distributed import full_state_dict, rank, shard_model, world_size
+from ascent.workers.distributed import (
+    full_state_dict,
+    load_training_state,
+    rank,
+    save_training_state,
+    shard_model,
+    world_size,
+)
 from ascent.workers.optim import build_lr_scheduler, build_optimizer, global_loss_normaliser, train_on_batch
 
 
@@ -68,6 +75,13 @@ class CriticWorker:
         state = full_state_dict(self.model) if world_size() > 1 else None
         if rank() == 0:
             self.model.save(directory, state)
+
+    def save_checkpoint(self, directory: str | Path) -> None:
+        save_training_state(Path(directory), self.model, self.optimizer, {"scheduler": self.scheduler.state_dict()})
+
+    def load_checkpoint(self, directory: str | Path) -> None:
+        extra = load_training_state(Path(directory), self.model, self.optimizer)
+        self.scheduler.load_state_dict(extra["scheduler"])
 
     def _micro_batch_loss(self, micro: Trajectories, normaliser: float) -> LossOutput:
         values = response_values(self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids,

@@ -1,16 +1,27 @@
 """torch.distributed helpers for workers that form one data-parallel world (Ray actors, or torchrun).
 
 Free functions, so a worker's distributed set-up reads top to bottom: shard the model with FSDP2,
-sum a metric over ranks, gather full weights for the rollout engine in buckets.
+sum a metric over ranks, gather full weights for the rollout engine in buckets, save and load the
+training state in a layout that any number of ranks can read.
 """
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -68,3 +79,54 @@ def full_parameters_in_buckets(model: torch.nn.Module, bucket_bytes: int) -> Ite
             bucket, size = [], 0
     if bucket:
         yield bucket
+
+
+def save_training_state(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, extra: dict) -> None:
+    """Model and optimizer with torch.distributed.checkpoint (each rank writes its shards; a plain module
+    writes whole tensors), plus `extra` (scheduler, counters) from rank 0 and each rank's RNG state. The
+    files load into any number of ranks, sharded or not (`load_training_state`)."""
+    with _single_process_is_intended():
+        dcp.save(_model_and_optimizer_state(model, optimizer), checkpoint_id=directory, no_dist=world_size() == 1)
+    if rank() == 0:
+        torch.save(extra, directory / "worker_state.pt")
+    torch.save(_rng_state(), directory / f"rng_rank{rank()}.pt")
+
+
+def load_training_state(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """Restore what `save_training_state` wrote, resharded to this world; returns `extra`. A rank that had no
+    counterpart when the checkpoint was written keeps its RNG state."""
+    state = _model_and_optimizer_state(model, optimizer)
+    with _single_process_is_intended():
+        dcp.load(state, checkpoint_id=directory, no_dist=world_size() == 1)
+    set_model_state_dict(model, state["model"])
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])
+    rng_file = directory / f"rng_rank{rank()}.pt"
+    if rng_file.exists():
+        _set_rng_state(torch.load(rng_file, weights_only=False))
+    return torch.load(directory / "worker_state.pt", weights_only=False)
+
+
+@contextlib.contextmanager
+def _single_process_is_intended() -> Iterator[None]:
+    """Without a process group, torch.distributed.checkpoint warns that it assumes one process: it is right."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
+def _model_and_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    # Keys are parameter names, not optimizer indices, so the layout does not depend on how the model is sharded.
+    return {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer)}
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])

@@ -25,7 +25,15 @@ from ascent.models.builders import build_model_from_config
 from ascent.models.logprobs import entropy_from_logits, response_logits, token_logprobs
 from ascent.rollout.engine import build_rollout_engine
 from ascent.rollout.trajectories import SamplingParams, Trajectories
-from ascent.workers.distributed import full_parameters_in_buckets, full_state_dict, rank, shard_model, world_size
+from ascent.workers.distributed import (
+    full_parameters_in_buckets,
+    full_state_dict,
+    load_training_state,
+    rank,
+    save_training_state,
+    shard_model,
+    world_size,
+)
 from ascent.workers.logprobs import compute_response_logprobs
 from ascent.workers.optim import build_lr_scheduler, build_optimizer, global_loss_normaliser, train_on_batch
 
@@ -167,13 +175,33 @@ class PolicyWorker:
         """Hand the updated weights to the rollout engine and bump the policy version. Alone, the engine
         shares the trained tensors and nothing is copied; sharded, the full weights are gathered and
         loaded bucket by bucket."""
+        self._push_weights_to_engine()
+        self.policy_version += 1
+        return self.policy_version
+
+    def _push_weights_to_engine(self) -> None:
         if self.rollout_model is self.model:
             self.engine.update_weights(self.model.named_parameters())
         else:
             for bucket in full_parameters_in_buckets(self.model, self.config.trainer.weight_sync_bucket_mb << 20):
                 self.engine.update_weights(bucket)
-        self.policy_version += 1
-        return self.policy_version
+
+    def save_checkpoint(self, directory: str | Path) -> None:
+        """Model, optimizer, lr schedule and policy version, in a layout any number of ranks can load."""
+        extra = {"scheduler": self.scheduler.state_dict(), "policy_version": self.policy_version}
+        generator = self.policy_loss.keywords.get("generator")  # clip-cov's token selection
+        if generator is not None:
+            extra["loss_generator"] = generator.get_state()
+        save_training_state(Path(directory), self.model, self.optimizer, extra)
+
+    def load_checkpoint(self, directory: str | Path) -> None:
+        """Restore `save_checkpoint`'s state (written by any number of ranks); the rollout engine gets the weights."""
+        extra = load_training_state(Path(directory), self.model, self.optimizer)
+        self.scheduler.load_state_dict(extra["scheduler"])
+        self.policy_version = extra["policy_version"]
+        if "loss_generator" in extra and "generator" in self.policy_loss.keywords:
+            self.policy_loss.keywords["generator"].set_state(extra["loss_generator"])
+        self._push_weights_to_engine()
 
     def save_pretrained(self, directory: str | Path) -> None:
         """A Hugging Face directory (safetensors, config, tokenizer) that `from_pretrained` loads; when

@@ -29,7 +29,7 @@ def ray_cluster():
     ray.shutdown()
 
 
-def run(run_dir: Path, *overrides: str) -> list[dict]:
+def run(run_dir: Path, *overrides: str, expected_code: int = 0) -> list[dict]:
     code = main(
         [
             "train", "model.path=tiny:llama-micro", "trainer.device=cpu", "trainer.progress_bar=false",
@@ -40,7 +40,7 @@ def run(run_dir: Path, *overrides: str) -> list[dict]:
             f"trainer.output_dir={run_dir}", *overrides,
         ]
     )  # fmt: skip
-    assert code == 0
+    assert code == expected_code
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
@@ -114,8 +114,84 @@ def test_a_killed_worker_ends_the_call_with_a_clear_error_instead_of_hanging(ray
         pids = [ray.get(actor.run.remote("sleepy", "pid", (), {})) for actor in group.world.actors]
         threading.Timer(1.0, os.kill, (pids[1], signal.SIGKILL)).start()
         start = time.perf_counter()
-        with pytest.raises(WorkerError, match="nap failed on rank 1"):
+        with pytest.raises(WorkerError, match="nap failed: rank 1's process died"):
             group.call("nap", 60)
         assert time.perf_counter() - start < 30
     finally:
         group.shutdown()
+
+
+def logits_of(model_dir: Path) -> torch.Tensor:
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    with torch.no_grad():
+        return model(torch.tensor([[3, 14, 15, 92, 65, 35]])).logits
+
+
+def test_checkpoints_move_between_two_ray_workers_and_local_mode(ray_cluster, tmp_path):
+    # A run saved at step 2 in one mode continues in the other: steps 3 and 4 match the straight local run.
+    straight = run(tmp_path / "straight", "optim.lr=1e-4", "trainer.steps=4")
+    ray = ("trainer.backend=ray", "trainer.num_workers=2")
+    for name, first, second in (("ray-then-local", ray, ()), ("local-then-ray", (), ray)):
+        run_dir = tmp_path / name
+        run(run_dir, "optim.lr=1e-4", "trainer.steps=2", "trainer.save_every=2", *first)
+        resumed = run(run_dir, "optim.lr=1e-4", "trainer.steps=4", "trainer.save_every=2", *second)
+        assert [entry["step"] for entry in resumed] == [1, 2, 3, 4]
+        for here, there in zip(straight[2:], resumed[2:], strict=True):
+            for metric in ("reward/mean", "policy/loss", "policy/grad_norm", "policy/entropy"):
+                assert there[metric] == pytest.approx(here[metric], rel=1e-5, abs=1e-7), (name, here["step"], metric)
+        torch.testing.assert_close(
+            logits_of(run_dir / "final"), logits_of(tmp_path / "straight" / "final"), rtol=1e-5, atol=1e-5
+        )
+
+
+def rank_process_ids() -> list[int]:
+    """The Ray actor processes serving ranks, among this test process's descendants."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+
+    def descends_from_us(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    found = []
+    for pid in parents:
+        try:
+            command = (Path("/proc") / str(pid) / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"_RankProcess" in command and descends_from_us(pid):
+            found.append(pid)
+    return found
+
+
+def test_a_worker_killed_mid_run_stops_it_with_a_clear_error_and_resume_completes_it(ray_cluster, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    killed = []
+
+    def kill_a_rank_after_the_second_checkpoint():
+        deadline = time.monotonic() + 300
+        while not (run_dir / "checkpoints" / "step_000002").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = rank_process_ids()
+        if pids:
+            os.kill(pids[-1], signal.SIGKILL)
+            killed.append(time.monotonic())
+
+    settings = ("trainer.steps=6", "trainer.save_every=2", "trainer.backend=ray", "trainer.num_workers=2",
+                "trainer.worker_timeout_s=60")  # fmt: skip
+    threading.Thread(target=kill_a_rank_after_the_second_checkpoint, daemon=True).start()
+    run(run_dir, *settings, expected_code=1)
+    assert killed and time.monotonic() - killed[0] < 60  # stopped within the timeout, not hung
+    error = capsys.readouterr().err
+    assert "process died" in error and "Rerun the same command" in error
+    resumed = run(run_dir, *settings)
+    assert [entry["step"] for entry in resumed] == [1, 2, 3, 4, 5, 6]
+    assert (run_dir / "final" / "model.safetensors").exists()

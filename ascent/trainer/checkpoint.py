@@ -1,0 +1,159 @@
+"""Checkpoints of an RL run: one directory per saved step, written atomically, loadable in any run mode.
+
+    <run_dir>/checkpoints/step_000012/
+        policy/ critic/        each role's model, optimizer, lr schedule (torch.distributed.checkpoint: every
+                               rank writes its shards; any number of ranks, or one process, reads them back)
+        trainer_state.json     step, data-sampler position, controller coefficients
+        controller_rng.pt      the controller's python, numpy and torch RNG states
+        config.yaml            the resolved config of the run that wrote it
+
+A checkpoint is written under a temporary name, synced to disk, then renamed: a directory named `step_N`
+is always complete, and a crash mid-save leaves the previous ones intact. With Ray on several nodes the
+run directory must be on a filesystem every node sees.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from ascent.config import Config, ConfigError, to_yaml
+from ascent.controller.worker_group import WorkerGroup
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+_STEP_DIR = re.compile(r"step_(\d+)")
+
+# Keys a resumed run may change: how long and where it runs, not what it computes.
+RESUMABLE_CHANGES = {
+    "trainer.steps", "trainer.resume", "trainer.save_every", "trainer.keep_last", "trainer.output_dir",
+    "trainer.run_name", "trainer.progress_bar", "trainer.val_every", "trainer.val_max_prompts",
+    "trainer.save_final_model", "trainer.device", "trainer.backend", "trainer.num_workers", "trainer.nnodes",
+    "trainer.gpus_per_node", "trainer.worker_timeout_s", "trainer.weight_sync_bucket_mb", "ray.address",
+    "optim.micro_batch_size",
+}  # fmt: skip
+
+
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    return run_dir / CHECKPOINTS / f"step_{step:06d}"
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The complete checkpoint of the highest step, or None. Temporary directories of an unfinished save
+    do not match `step_N` and are ignored."""
+    found = [path for path in (run_dir / CHECKPOINTS).glob("step_*") if _STEP_DIR.fullmatch(path.name)]
+    return max(found, key=lambda path: int(path.name[5:]), default=None)
+
+
+def resume_point(config: Config, run_dir: Path) -> Path | None:
+    """The checkpoint `trainer.resume` names: `auto` the latest in this run directory (None when there is
+    none), `never` None, otherwise a checkpoint directory that must exist."""
+    resume = config.trainer.resume
+    if resume == "never":
+        return None
+    if resume == "auto":
+        return latest_checkpoint(run_dir)
+    path = Path(resume)
+    if not (path / "trainer_state.json").is_file():
+        raise ConfigError(f"trainer.resume={resume!r} is not a checkpoint directory (no trainer_state.json in it).")
+    return path
+
+
+def save_checkpoint(
+    run_dir: Path, step: int, groups: dict[str, WorkerGroup], trainer_state: dict[str, Any], config: Config
+) -> Path:
+    """Write step `step`'s checkpoint atomically, then delete all but the newest `trainer.keep_last`."""
+    final = checkpoint_dir(run_dir, step)
+    temporary = final.with_name(f".tmp-{final.name}")
+    shutil.rmtree(temporary, ignore_errors=True)  # left by a save that crashed
+    temporary.mkdir(parents=True)
+    for role, group in groups.items():
+        group.call("save_checkpoint", temporary / role)
+    (temporary / "trainer_state.json").write_text(json.dumps({"step": step, **trainer_state}, indent=1))
+    torch.save(
+        {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+        temporary / "controller_rng.pt",
+    )
+    (temporary / "config.yaml").write_text(to_yaml(config))
+    _fsync_tree(temporary)
+    if final.exists():  # the same step saved again (a rerun): replace it
+        shutil.rmtree(final)
+    os.replace(temporary, final)
+    _fsync(final.parent)
+    _delete_old(run_dir, config.trainer.keep_last)
+    return final
+
+
+def load_checkpoint(path: Path, groups: dict[str, WorkerGroup], config: Config) -> dict[str, Any]:
+    """Restore every role's workers and the controller's RNG from `path`; returns the trainer state (with
+    `step`). Refuses a config that changes what the run computes, naming the keys."""
+    check_resumable(yaml.safe_load((path / "config.yaml").read_text()), config, path)
+    for role, group in groups.items():
+        if not (path / role).is_dir():
+            raise ConfigError(f"checkpoint {path} has no {role!r} state; was it written by another algorithm?")
+        group.call("load_checkpoint", path / role)
+    rng = torch.load(path / "controller_rng.pt", weights_only=False)
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    return json.loads((path / "trainer_state.json").read_text())
+
+
+def check_resumable(saved: dict[str, Any], config: Config, path: Path) -> None:
+    now = _flatten(yaml.safe_load(to_yaml(config)))
+    before = _flatten(saved)
+    changed = sorted(key for key in now.keys() | before.keys() if now.get(key) != before.get(key))
+    refused = [key for key in changed if key not in RESUMABLE_CHANGES]
+    if refused:
+        lines = "\n".join(f"  {key}: {before.get(key)!r} in the checkpoint, {now.get(key)!r} now" for key in refused)
+        raise ConfigError(
+            f"cannot resume from {path}: the config differs in keys that change what the run computes:\n{lines}\n"
+            "Put them back, start a new run in another trainer.output_dir, or set trainer.resume=never."
+        )
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat |= _flatten(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _delete_old(run_dir: Path, keep_last: int) -> None:
+    if keep_last <= 0:
+        return
+    steps = sorted(
+        (path for path in (run_dir / CHECKPOINTS).glob("step_*") if _STEP_DIR.fullmatch(path.name)),
+        key=lambda path: int(path.name[5:]),
+    )
+    for path in steps[:-keep_last]:
+        shutil.rmtree(path)
+
+
+def _fsync_tree(root: Path) -> None:
+    for directory, _, files in os.walk(root):
+        for name in files:
+            _fsync(Path(directory) / name)
+        _fsync(Path(directory))
+
+
+def _fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
