@@ -176,6 +176,15 @@ class RayConfig:
 
 
 @dataclass
+class FSDPConfig:
+    """How each worker shards its models when trainer.num_workers > 1 (torch FSDP2)."""
+
+    param_dtype: str = "auto"  # compute dtype of the gathered layers: auto = bfloat16 on GPU, float32 on CPU
+    reshard_after_forward: bool = True  # free each gathered layer after forward (less memory, gathers again)
+    cpu_offload: bool = False  # GPU only: shards, gradients and optimizer state live in CPU memory between uses
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -187,3 +196,4 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)

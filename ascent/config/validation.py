@@ -27,6 +27,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "optim.lr_schedule": ("constant", "linear", "cosine"),
     "trainer.backend": ("local", "ray"),
+    "fsdp.param_dtype": ("auto", "float32", "bfloat16"),
     "data.synthetic.name": ("arithmetic",),
 }  # fmt: skip
 
@@ -188,6 +189,8 @@ def _check_backend(config: Config) -> None:
         )
     if trainer.device.startswith("cuda") and not trainer.gpus_per_node:
         raise ConfigError("trainer.device=cuda with trainer.backend=ray needs trainer.gpus_per_node > 0.")
+    if config.fsdp.cpu_offload and not trainer.gpus_per_node:
+        raise ConfigError("fsdp.cpu_offload moves GPU memory to the CPU: it needs trainer.gpus_per_node > 0.")
 
 
 def _check_data(config: Config) -> None:

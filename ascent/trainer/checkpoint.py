@@ -41,7 +41,7 @@ RESUMABLE_CHANGES = {
     "trainer.run_name", "trainer.progress_bar", "trainer.val_every", "trainer.val_max_prompts",
     "trainer.save_final_model", "trainer.device", "trainer.backend", "trainer.num_workers", "trainer.nnodes",
     "trainer.gpus_per_node", "trainer.worker_timeout_s", "trainer.weight_sync_bucket_mb", "ray.address",
-    "optim.micro_batch_size",
+    "optim.micro_batch_size", "fsdp.reshard_after_forward", "fsdp.cpu_offload",
 }  # fmt: skip
 
 

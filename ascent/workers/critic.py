@@ -35,7 +35,7 @@ class CriticWorker:
         path = config.critic.path or model.path
         value_model = build_value_model(path, tokenizer, model.dtype, config.trainer.seed, model.trust_remote_code)
         value_model = value_model.to(device).train()
-        self.model = shard_model(value_model) if world_size() > 1 else value_model
+        self.model = shard_model(value_model, config.fsdp, device) if world_size() > 1 else value_model
         self.optim = dataclasses.replace(config.optim, lr=config.critic.lr)
         self.optimizer = build_optimizer(self.model, self.optim)
         self.scheduler = build_lr_scheduler(self.optimizer, self.optim, total_steps)

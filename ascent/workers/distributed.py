@@ -22,8 +22,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from ascent.config.schema import FSDPConfig
 
 
 def world_size() -> int:
@@ -34,18 +35,27 @@ def rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def shard_model(model: torch.nn.Module, param_dtype: torch.dtype | None = None) -> torch.nn.Module:
+def shard_model(model: torch.nn.Module, config: FSDPConfig, device: torch.device) -> torch.nn.Module:
     """FSDP2: `fully_shard` each transformer block (the classes in the model's `_no_split_modules`), then
-    the root, over all ranks. Each block's parameters are gathered for its forward and freed after.
-    With `param_dtype` (e.g. bf16) blocks compute in it while gradients are reduced in fp32."""
-    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None)
+    the root, over all ranks. Each block's parameters are gathered for its forward and freed after
+    (`config.reshard_after_forward`). Layers compute in `config.param_dtype` (auto: bfloat16 on GPU) while
+    gradients are reduced and parameters kept in float32."""
+    param_dtype = {"auto": torch.bfloat16 if device.type == "cuda" else None, "float32": None}.get(
+        config.param_dtype, torch.bfloat16
+    )
+    options = {
+        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None),
+        "reshard_after_forward": config.reshard_after_forward,
+    }
+    if config.cpu_offload:
+        options["offload_policy"] = CPUOffloadPolicy()
     block_classes = {name for module in model.modules() for name in getattr(module, "_no_split_modules", None) or []}
     blocks = [module for module in model.modules() if type(module).__name__ in block_classes]
     if not blocks:
         raise ValueError(f"{type(model).__name__} names no transformer block class in _no_split_modules to shard")
     for block in blocks:
-        fully_shard(block, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
+        fully_shard(block, **options)
+    fully_shard(model, **options)
     return model
 
 
@@ -66,19 +76,27 @@ def all_reduce_sum(values: dict[str, float]) -> dict[str, float]:
 
 
 def full_parameters_in_buckets(model: torch.nn.Module, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """The full (unsharded) parameters, a bucket of about `bucket_bytes` at a time. Every rank must iterate
-    to the end: gathering each sharded parameter is a collective."""
-    bucket, size = [], 0
-    for name, parameter in model.named_parameters():
-        tensor = parameter.detach()
-        full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
-        bucket.append((name, full))
-        size += full.numel() * full.element_size()
-        if size >= bucket_bytes:
+    """The full (unsharded) parameters, a bucket of about `bucket_bytes` at a time. A sharded model is gathered
+    block by block at once (one all-gather per block, not one per parameter, in the layers' compute dtype:
+    the weights as the trained forward uses them), then resharded when the iteration ends. Every rank must
+    iterate to the end: the gathers are collectives."""
+    sharded = [module for module in model.modules() if isinstance(module, FSDPModule)]
+    for handle in [module.unshard(async_op=True) for module in sharded]:
+        if handle is not None:
+            handle.wait()
+    try:
+        bucket, size = [], 0
+        for name, parameter in model.named_parameters():
+            bucket.append((name, parameter.detach()))
+            size += parameter.numel() * parameter.element_size()
+            if size >= bucket_bytes:
+                yield bucket
+                bucket, size = [], 0
+        if bucket:
             yield bucket
-            bucket, size = [], 0
-    if bucket:
-        yield bucket
+    finally:
+        for module in sharded:
+            module.reshard()
 
 
 def save_training_state(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, extra: dict) -> None:

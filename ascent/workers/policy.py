@@ -92,7 +92,7 @@ class PolicyWorker:
         self.rollout_model = model
         if world_size() > 1:
             self.rollout_model = copy.deepcopy(model)
-            model = shard_model(model)
+            model = shard_model(model, config.fsdp, device)
         self.model = model
         self.optimizer = build_optimizer(self.model, config.optim)
         self.scheduler = build_lr_scheduler(self.optimizer, config.optim, total_steps)

@@ -22,7 +22,7 @@ class ReferenceWorker:
     def __init__(self, config: Config, tokenizer, device: torch.device) -> None:
         model = build_model_from_config(config.model, tokenizer, config.trainer.seed)
         model = model.to(device).eval().requires_grad_(False)
-        self.model = shard_model(model) if world_size() > 1 else model
+        self.model = shard_model(model, config.fsdp, device) if world_size() > 1 else model
         self.micro_batch_size = config.optim.micro_batch_size
         self.temperature = config.rollout.temperature
 

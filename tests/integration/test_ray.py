@@ -53,6 +53,8 @@ def test_two_ray_workers_reproduce_the_local_run(ray_cluster, tmp_path):
         for name in ("reward/mean", "policy/loss", "policy/pg_loss", "policy/grad_norm", "policy/entropy"):
             assert there[name] == pytest.approx(here[name], rel=1e-5, abs=1e-7), (here["step"], name)
         assert there["policy/rank_token_ratio"] >= 1.0
+        # the engine's replica, refreshed from the gathered shards, samples with the trained weights
+        assert there["rollout/logprob_abs_diff"] < 1e-5
     assert any(entry["policy/grad_norm"] > 0 for entry in local)
     local_model = AutoModelForCausalLM.from_pretrained(tmp_path / "local" / "final")
     ray_weights = dict(AutoModelForCausalLM.from_pretrained(tmp_path / "ray" / "final").named_parameters())
