@@ -20,6 +20,7 @@ class Schedule:
     epochs: int
     updates_per_step: int  # optimizer updates per trainer step
     total_steps: int
+    data_parallel_ranks: int = 1  # workers that share each mini-batch
 
     def describe(self) -> str:
         return "\n".join(
@@ -28,8 +29,10 @@ class Schedule:
                 f"({self.prompts_per_step} prompts x {self.samples_per_prompt} samples)",
                 f"  mini-batch                {self.mini_batch_size} samples "
                 f"({self.mini_batches_per_epoch} per epoch x {self.epochs} epochs)",
+                f"  data-parallel ranks       {self.data_parallel_ranks} "
+                f"({self.mini_batch_size // self.data_parallel_ranks} samples of each mini-batch per rank)",
                 f"  micro-batch               {self.micro_batch_size} samples",
-                f"  gradient accumulation     {self.grad_accumulation_steps} micro-batches per update",
+                f"  gradient accumulation     {self.grad_accumulation_steps} micro-batches per update per rank",
                 f"  optimizer updates         {self.updates_per_step} per step, "
                 f"{self.updates_per_step * self.total_steps} in {self.total_steps} steps",
             ]
@@ -73,17 +76,19 @@ def derive_schedule(config: Config) -> Schedule:
         epochs=config.optim.epochs,
         updates_per_step=(samples // mini) * config.optim.epochs,
         total_steps=config.trainer.steps,
+        data_parallel_ranks=workers,
     )
 
 
 def check_sft_schedule(config: Config) -> None:
     """`ascent sft` takes `sft.batch_size` examples per step, split like an RL step's samples."""
-    if config.trainer.backend != "local":
-        raise ConfigError("ascent sft runs with trainer.backend=local for now.")
     batch, optim = config.sft.batch_size, config.optim
     mini = optim.mini_batch_size or batch
-    if batch % mini or mini % optim.micro_batch_size:
+    workers = config.trainer.num_workers if config.trainer.backend == "ray" else 1
+    if batch % mini or mini % workers or (mini // workers) % optim.micro_batch_size:
+        per_rank = f" over trainer.num_workers={workers} ranks" if workers > 1 else ""
         raise ConfigError(
             f"sft.batch_size={batch} must be divisible by optim.mini_batch_size={optim.mini_batch_size} "
-            f"(0 = the whole batch), which must be divisible by optim.micro_batch_size={optim.micro_batch_size}."
+            f"(0 = the whole batch), whose share{per_rank} must be divisible by "
+            f"optim.micro_batch_size={optim.micro_batch_size}."
         )

@@ -61,19 +61,22 @@ def train_sft(config: Config) -> Path:
         metrics["val/nll"] = float(-(logprobs * batch.loss_mask).sum() / batch.loss_mask.sum())
         return metrics | {"timing/validation": time.perf_counter() - start}
 
-    if data.val:
-        metrics_logger.log(0, validation_metrics())
-    for step in range(1, trainer.steps + 1):
-        timings: dict[str, float] = {}
-        with timed(timings, "step"):
-            records = [data.train[i] for i in sampler.next_indices(config.sft.batch_size)]
-            update = policy.call("update", sft_batch(records, tokenizer, max_tokens), objective="sft")
-        metrics = {"sft/nll": update.pop("nll")} | {f"policy/{name}": value for name, value in update.items()}
-        if data.val and is_validation_step(step, trainer.steps, trainer.val_every):
-            metrics |= validation_metrics()
-        metrics_logger.log(step, metrics | timings)
-    metrics_logger.close()
-    policy.call("save_pretrained", run_dir / "final")
+    try:
+        if data.val:
+            metrics_logger.log(0, validation_metrics())
+        for step in range(1, trainer.steps + 1):
+            timings: dict[str, float] = {}
+            with timed(timings, "step"):
+                records = [data.train[i] for i in sampler.next_indices(config.sft.batch_size)]
+                update = policy.call("update", sft_batch(records, tokenizer, max_tokens), objective="sft")
+            metrics = {"sft/nll": update.pop("nll")} | {f"policy/{name}": value for name, value in update.items()}
+            if data.val and is_validation_step(step, trainer.steps, trainer.val_every):
+                metrics |= validation_metrics()
+            metrics_logger.log(step, metrics | timings)
+        metrics_logger.close()
+        policy.call("save_pretrained", run_dir / "final")
+    finally:
+        policy.shutdown()
     logger.info(
         "SFT model saved to %s (train on it: ascent train CONFIG model.path=%s)", run_dir / "final", run_dir / "final"
     )

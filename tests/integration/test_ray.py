@@ -84,6 +84,23 @@ def test_ppo_with_a_critic_a_reference_and_uneven_filtered_batches_matches_the_l
     torch.testing.assert_close(heads[1], heads[0], rtol=1e-5, atol=1e-6)  # the critic gathered from its shards
 
 
+def test_sft_on_two_ray_workers_matches_the_local_run(ray_cluster, tmp_path):
+    def sft(run_dir: Path, *overrides: str) -> list[dict]:
+        common = ["model.path=tiny:llama-micro", "trainer.device=cpu", "trainer.progress_bar=false",
+                  "data.synthetic.name=arithmetic", "data.synthetic.num_val=8", "rollout.max_response_tokens=12",
+                  "trainer.steps=3", "optim.lr=1e-3", "sft.batch_size=16", "optim.micro_batch_size=4"]  # fmt: skip
+        assert main(["sft", *common, f"trainer.output_dir={run_dir}", *overrides]) == 0
+        return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+    local = sft(tmp_path / "local")
+    distributed = sft(tmp_path / "ray", "trainer.backend=ray", "trainer.num_workers=2")
+    for here, there in zip(local, distributed, strict=True):
+        for name in ("sft/nll", "policy/grad_norm", "val/nll", "val/accuracy"):
+            if name in here:
+                assert there[name] == pytest.approx(here[name], rel=1e-5, abs=1e-7), (here["step"], name)
+    assert sum("sft/nll" in entry for entry in distributed) == 3
+
+
 def test_a_worker_exception_reaches_the_controller_with_its_rank_and_traceback(ray_cluster):
     class Failing:
         def check(self, items):

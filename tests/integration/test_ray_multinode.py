@@ -53,6 +53,7 @@ def test_one_worker_per_node_forms_one_world(two_nodes):
 
 
 def test_a_run_on_two_nodes_trains_two_steps(two_nodes, tmp_path):
+    # with activation checkpointing under FSDP2, which recomputes each block's forward in the backward pass
     code = main(
         [
             "train", "model.path=tiny:llama-micro", "trainer.device=cpu", "trainer.progress_bar=false",
@@ -61,6 +62,7 @@ def test_a_run_on_two_nodes_trains_two_steps(two_nodes, tmp_path):
             "rollout.max_response_tokens=8", "rollout.samples_per_prompt=4", "trainer.prompts_per_step=4",
             "trainer.steps=2", "optim.lr=1e-2", "optim.micro_batch_size=4", "optim.mini_batch_size=8",
             "trainer.backend=ray", "trainer.num_workers=2", "trainer.nnodes=2", f"ray.address={two_nodes.address}",
+            "model.gradient_checkpointing=true",
             f"trainer.output_dir={tmp_path}",
         ]
     )  # fmt: skip
