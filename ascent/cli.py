@@ -63,7 +63,7 @@ def _run(command: str, config) -> int:
     except WorkerError as error:
         hint = ""
         if command == "train" and config.trainer.save_every:
-            hint = "\nRerun the same command to continue from the last checkpoint (trainer.resume=auto)."
+            hint = f"\nContinue from its newest checkpoint: ascent train {config.trainer.output_dir}/config.yaml"
         print(f"ascent: a worker failed: {error}{hint}", file=sys.stderr)
         return 1
     return 0

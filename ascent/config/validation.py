@@ -176,6 +176,11 @@ def _check_ranges(config: Config) -> None:
 def _check_backend(config: Config) -> None:
     trainer = config.trainer
     if trainer.backend != "ray":
+        if trainer.num_workers > 1 or trainer.nnodes > 1:
+            raise ConfigError(
+                f"trainer.num_workers={trainer.num_workers} and trainer.nnodes={trainer.nnodes} need "
+                "trainer.backend=ray: the local backend runs one worker in this process."
+            )
         return
     _positive("trainer.gpus_per_node", trainer.gpus_per_node, allow_zero=True)
     if trainer.num_workers % trainer.nnodes:

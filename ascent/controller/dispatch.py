@@ -3,8 +3,10 @@
 `split` methods get their batch arguments partitioned, balanced by token count: a Trajectories batch into
 equal-size parts (so that every rank runs the same number of forward/backward passes and the FSDP
 collectives line up; a batch that does not divide is padded with copies of its shortest row that carry no
-response tokens, and their results are dropped), a list of prompts into parts that may differ by one. The
-results come back in the caller's order. `all` methods get the same arguments on every rank.
+response tokens, and their results are dropped), a list of prompts into parts of at most ceil(n / ranks).
+`split-mini-batches` methods (updates) balance each consecutive mini-batch separately, so that a rank's
+k-th share of its rows is its part of the k-th mini-batch, and an update sees the same samples as in one
+process. The results come back in the caller's order. `all` methods get the same arguments on every rank.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from ascent.rollout.trajectories import Trajectories, concat_trajectories
 
-SPLIT, ALL = "split", "all"
+SPLIT, SPLIT_MINI_BATCHES, ALL = "split", "split-mini-batches", "all"
 
 
 def balanced_partition(weights: list[int], num_parts: int, equal_sizes: bool = True) -> list[list[int]]:
@@ -46,9 +48,11 @@ class SplitCall:
     num_items: int  # rows of the caller's batch; parts index rows >= num_items are padding
 
 
-def split_arguments(args: tuple, num_ranks: int) -> SplitCall:
+def split_arguments(args: tuple, num_ranks: int, mini_batch_size: int = 0) -> SplitCall:
     """Partition the first Trajectories or list argument by token count; lists of the same length are cut
-    the same way (e.g. prompts and their seeds); everything else goes to every rank unchanged."""
+    the same way (e.g. prompts and their seeds); everything else goes to every rank unchanged. With
+    `mini_batch_size`, each consecutive block of that many rows of a Trajectories batch is balanced on its
+    own, and every rank's part lists its rows block by block."""
     batch = next((a for a in args if isinstance(a, (Trajectories, list))), None)
     if batch is None:
         raise ValueError("a split call needs a Trajectories or list argument")
@@ -57,7 +61,12 @@ def split_arguments(args: tuple, num_ranks: int) -> SplitCall:
         padded = pad_to_multiple(batch, num_ranks)
         args = tuple(padded if arg is batch else arg for arg in args)
         weights = (padded.prompt_mask.sum(-1) + padded.response_mask.sum(-1)).tolist()
-        parts = balanced_partition(weights, num_ranks)
+        block = mini_batch_size or len(padded)
+        parts = [[] for _ in range(num_ranks)]
+        for start in range(0, len(padded), block):
+            block_parts = balanced_partition(weights[start : start + block], num_ranks)
+            for part, block_part in zip(parts, block_parts, strict=True):
+                part += [start + index for index in block_part]
     else:  # prompts to generate from: no collectives there, so ranks may take unequal shares (or none)
         weights = [len(prompt) for prompt in batch]
         parts = [part for part in balanced_partition(weights, num_ranks, equal_sizes=False) if part]

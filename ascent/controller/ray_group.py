@@ -10,7 +10,6 @@ dies surfaces at the controller with its rank instead of hanging the run.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from ascent.controller.dispatch import ALL, SPLIT, gather_results, split_arguments
+from ascent.controller.dispatch import ALL, SPLIT, SPLIT_MINI_BATCHES, gather_results, split_arguments
 from ascent.controller.worker_group import WorkerError
 
 _SETTLE_S = 5.0  # how long a failed call waits for the other ranks' outcome before reporting
@@ -51,9 +50,12 @@ class _RankProcess:
     reference, critic), which take turns on the same device."""
 
     def __init__(self, rank: int, world_size: int, address: str, port: int, backend: str, timeout_s: float) -> None:
+        import torch
         import torch.distributed as dist
 
         os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": "0"})
+        if "nccl" in backend:
+            torch.cuda.set_device(0)  # Ray makes the actor's GPU its only visible device
         dist.init_process_group(
             backend,
             init_method=f"tcp://{address}:{port}",
@@ -93,15 +95,21 @@ class RayWorld:
         bundle = {"CPU": per_node, "GPU": per_node} if use_gpu else {"CPU": per_node}
         strategy = "STRICT_SPREAD" if nnodes > 1 else "PACK"
         self.placement_group = placement_group([bundle] * nnodes, strategy=strategy)
+        self.actors: list = []
         self._closed = False
-        self._get(self.placement_group.ready(), f"placement group ({nnodes} x {bundle}, {strategy})")
+        try:
+            self._get(self.placement_group.ready(), f"placement group ({nnodes} x {bundle}, {strategy})")
+        except WorkerError:
+            self.shutdown()  # a pending group would keep its resources reserved on the cluster
+            raise
 
         def on_node(node: int) -> PlacementGroupSchedulingStrategy:
             return PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=node)
 
         free_port = ray.remote(num_cpus=0)(_free_port)
         address, port = self._get(free_port.options(scheduling_strategy=on_node(0)).remote(), "rendezvous")
-        backend = "nccl" if use_gpu else "gloo"
+        # NCCL for CUDA tensors; gloo too on GPU, for the few CPU tensors the workers reduce (loss normalisers).
+        backend = "cpu:gloo,cuda:nccl" if use_gpu else "gloo"
         self.actors = [
             _RankProcess.options(
                 num_cpus=1, num_gpus=1 if use_gpu else 0, scheduling_strategy=on_node(rank // per_node)
@@ -109,19 +117,24 @@ class RayWorld:
             for rank in range(num_workers)
         ]
 
-    def group(self, role: str, factory: Callable[[], Any], dispatch: dict[str, str]) -> RayWorkerGroup:
-        """Build `factory()` as `role` on every rank (in rank order of completion; FSDP2 set-up needs no
-        collective) and return the group that dispatches its methods."""
+    def group(
+        self, role: str, factory: Callable[[], Any], dispatch: dict[str, str], mini_batch_size: int = 0
+    ) -> RayWorkerGroup:
+        """Build `factory()` as `role` on every rank (FSDP2 set-up needs no collective) and return the group
+        that dispatches its methods; `mini_batch_size` (samples over all ranks, 0 = the whole batch) is how
+        `split-mini-batches` methods cut their batch."""
         self.results([actor.build.remote(role, factory) for actor in self.actors], f"building {role}")
-        return RayWorkerGroup(self, role, dispatch)
+        return RayWorkerGroup(self, role, dispatch, mini_batch_size)
 
     def shutdown(self) -> None:
-        """Stop every actor and free the placement group; safe to call again."""
+        """Stop every actor and free the placement group; safe to call again. Each rank gets a few seconds to
+        leave the process group; one still busy (e.g. blocked in a collective whose peer failed) is killed."""
         if self._closed:
             return
         self._closed = True
-        with contextlib.suppress(WorkerError):  # a dead worker has nothing left to shut down
-            self.results([actor.shutdown.remote() for actor in self.actors], "shutdown")
+        if self.actors:
+            leaving = [actor.shutdown.remote() for actor in self.actors]
+            ray.wait(leaving, num_returns=len(leaving), timeout=_SETTLE_S)
         for actor in self.actors:
             ray.kill(actor)
         remove_placement_group(self.placement_group)
@@ -159,16 +172,18 @@ class RayWorld:
 class RayWorkerGroup:
     """One role's view of a RayWorld: `call` dispatches a method of that role's workers over the ranks."""
 
-    def __init__(self, world: RayWorld, role: str, dispatch: dict[str, str]) -> None:
+    def __init__(self, world: RayWorld, role: str, dispatch: dict[str, str], mini_batch_size: int = 0) -> None:
         self.world = world
         self.role = role
         self.dispatch = dispatch
+        self.mini_batch_size = mini_batch_size
         self.world_size = world.world_size
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         actors, role = self.world.actors, self.role
-        if self.dispatch.get(method, ALL) == SPLIT:
-            split = split_arguments(args, self.world_size)
+        mode = self.dispatch.get(method, ALL)
+        if mode in (SPLIT, SPLIT_MINI_BATCHES):
+            split = split_arguments(args, self.world_size, self.mini_batch_size if mode == SPLIT_MINI_BATCHES else 0)
             futures = [
                 actor.run.remote(role, method, rank_args, kwargs)
                 for actor, rank_args in zip(actors, split.args_per_rank, strict=False)  # a rank may get none

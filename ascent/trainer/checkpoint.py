@@ -58,9 +58,15 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 def resume_point(config: Config, run_dir: Path) -> Path | None:
     """The checkpoint `trainer.resume` names: `auto` the latest in this run directory (None when there is
-    none), `never` None, otherwise a checkpoint directory that must exist."""
+    none), `never` None, otherwise a checkpoint directory that must exist. A fresh run (`never`) refuses a
+    directory that holds checkpoints: its own would mix with them (and `keep_last` would delete its own)."""
     resume = config.trainer.resume
     if resume == "never":
+        if latest_checkpoint(run_dir) is not None:
+            raise ConfigError(
+                f"trainer.resume=never, but {run_dir / CHECKPOINTS} holds another run's checkpoints. "
+                "Choose another trainer.output_dir, or delete that directory."
+            )
         return None
     if resume == "auto":
         return latest_checkpoint(run_dir)
@@ -87,10 +93,13 @@ def save_checkpoint(
     )
     (temporary / "config.yaml").write_text(to_yaml(config))
     _fsync_tree(temporary)
-    if final.exists():  # the same step saved again (a rerun): replace it
-        shutil.rmtree(final)
+    replaced = final.with_name(f".old-{final.name}")
+    if final.exists():  # the same step saved again: keep the old one until the new one is in place
+        shutil.rmtree(replaced, ignore_errors=True)
+        final.rename(replaced)
     os.replace(temporary, final)
     _fsync(final.parent)
+    shutil.rmtree(replaced, ignore_errors=True)
     _delete_old(run_dir, config.trainer.keep_last)
     return final
 
@@ -119,7 +128,15 @@ def check_resumable(saved: dict[str, Any], config: Config, path: Path) -> None:
         lines = "\n".join(f"  {key}: {before.get(key)!r} in the checkpoint, {now.get(key)!r} now" for key in refused)
         raise ConfigError(
             f"cannot resume from {path}: the config differs in keys that change what the run computes:\n{lines}\n"
-            "Put them back, start a new run in another trainer.output_dir, or set trainer.resume=never."
+            "Put them back, or start a new run in another trainer.output_dir."
+        )
+    if "trainer.steps" in changed and now["optim.lr_schedule"] != "constant":
+        logger.warning(
+            "trainer.steps changed from %s to %s: the %s lr schedule decays over the new length, so the lr of "
+            "every step from here on differs from the original run's",
+            before.get("trainer.steps"),
+            now["trainer.steps"],
+            now["optim.lr_schedule"],
         )
 
 

@@ -87,7 +87,8 @@ def build_worker_groups(
     logger.info("starting %d Ray workers on %d node(s)", trainer.num_workers, trainer.nnodes)
     world = RayWorld(trainer.num_workers, trainer.nnodes, bool(trainer.gpus_per_node), trainer.worker_timeout_s)
     try:
-        return {role: world.group(role, factory, dispatch) for role, (factory, dispatch) in roles.items()}
+        mini = config.optim.mini_batch_size
+        return {role: world.group(role, factory, dispatch, mini) for role, (factory, dispatch) in roles.items()}
     except BaseException:
         world.shutdown()
         raise

@@ -36,9 +36,11 @@ CONSOLE_METRICS = [
 
 
 def prepare_run_dir(config: Config, kind: str) -> Path:
-    """Create the run directory (default runs/<run_name>-<time>), save the resolved config, log to a file."""
+    """Create the run directory (default runs/<run_name>-<time>), save the resolved config, log to a file.
+    The saved config names the directory, so `ascent train <run_dir>/config.yaml` continues this run."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = Path(config.trainer.output_dir or f"runs/{config.trainer.run_name}-{kind}-{stamp}")
+    config.trainer.output_dir = str(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(to_yaml(config))
     configure_logging(run_dir / "train.log")
@@ -69,11 +71,12 @@ class MetricsLogger:
         path = run_dir / "metrics.jsonl"
         self.kept: list[dict] = []
         if resumed_step and path.exists():
-            lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            self.kept = [entry for entry in lines if entry["step"] <= resumed_step]
-        self.file = path.open("w")
-        for entry in self.kept:
-            self.file.write(json.dumps(entry) + "\n")
+            entries = [_parse(line) for line in path.read_text().splitlines()]  # a kill may have cut the last line
+            self.kept = [entry for entry in entries if entry is not None and entry["step"] <= resumed_step]
+            rewritten = path.with_name(".metrics.jsonl.tmp")
+            rewritten.write_text("".join(json.dumps(entry) + "\n" for entry in self.kept))
+            rewritten.replace(path)
+        self.file = path.open("a" if resumed_step else "w")
         self.total_steps, self.first_step = total_steps, resumed_step
         self.start = time.perf_counter()
         # The bar redraws in place on a terminal; in a log file the per-step line (with its ETA) is enough.
@@ -100,6 +103,13 @@ class MetricsLogger:
     def close(self) -> None:
         self.bar.close()
         self.file.close()
+
+
+def _parse(line: str) -> dict | None:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        return None
 
 
 def _jsonable(value: float) -> float | None:

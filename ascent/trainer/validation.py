@@ -43,11 +43,13 @@ def reward_metrics(scored: ScoredBatch, prefix: str) -> dict[str, float]:
 def validate(
     policy: WorkerGroup, records: list[PromptRecord], rewards: RewardManager, tokenizer, sampling: SamplingParams
 ) -> dict[str, float]:
-    """Mean reward, accuracy and response length over `records` (val/...)."""
+    """Mean reward, accuracy and response length over `records` (val/...). Each prompt samples from its own
+    seed (`sampling.seed` + its index), so the result does not depend on how a worker group splits them."""
     responses, lengths, samples = [], [], []
     for start in range(0, len(records), _PROMPTS_PER_CHUNK):
         chunk = records[start : start + _PROMPTS_PER_CHUNK]
-        trajectories = policy.call("generate", [record.prompt_token_ids for record in chunk], sampling)
+        prompt_seeds = [sampling.seed + start + i for i in range(len(chunk))]
+        trajectories = policy.call("generate", [record.prompt_token_ids for record in chunk], sampling, prompt_seeds)
         responses += decode_responses(trajectories, tokenizer)
         lengths += trajectories.response_lengths.tolist()
         samples += [chunk[group] for group in trajectories.group_ids.tolist()]

@@ -10,7 +10,7 @@ import torch
 
 from ascent.algorithms.losses import LossOutput, value_loss
 from ascent.config.schema import Config
-from ascent.controller.dispatch import SPLIT
+from ascent.controller.dispatch import SPLIT, SPLIT_MINI_BATCHES
 from ascent.models.value import build_value_model, response_values
 from ascent.rollout.trajectories import Trajectories
 from ascent.workers.distributed import (
@@ -28,9 +28,10 @@ class CriticWorker:
     """Values for GAE before the update, then regression of the values onto the returns. Sharded with FSDP2
     like the policy in a data-parallel world."""
 
-    DISPATCH: ClassVar[dict[str, str]] = {"compute_values": SPLIT, "update": SPLIT}
+    DISPATCH: ClassVar[dict[str, str]] = {"compute_values": SPLIT, "update": SPLIT_MINI_BATCHES}
 
     def __init__(self, config: Config, tokenizer, device: torch.device, total_steps: int) -> None:
+        self.device = device
         model = config.model
         path = config.critic.path or model.path
         value_model = build_value_model(path, tokenizer, model.dtype, config.trainer.seed, model.trust_remote_code)
@@ -46,10 +47,9 @@ class CriticWorker:
     @torch.no_grad()
     def compute_values(self, batch: Trajectories) -> torch.Tensor:
         """V before each response token under the current critic: [B, R] float32 on CPU, 0 on padding."""
-        device = next(self.model.parameters()).device
         parts = []
         for micro in batch.split(self.optim.micro_batch_size):
-            micro = micro.to(device)
+            micro = micro.to(self.device)
             values = response_values(self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids,
                                      micro.response_mask)  # fmt: skip
             parts.append((values * micro.response_mask).cpu())
@@ -64,6 +64,7 @@ class CriticWorker:
             self.optim,
             normaliser=lambda mini: global_loss_normaliser(self.aggregation, mini, self.max_response_tokens),
             micro_batch_loss=self._micro_batch_loss,
+            device=self.device,
         )
         metrics["lr"] = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
@@ -80,7 +81,7 @@ class CriticWorker:
         save_training_state(Path(directory), self.model, self.optimizer, {"scheduler": self.scheduler.state_dict()})
 
     def load_checkpoint(self, directory: str | Path) -> None:
-        extra = load_training_state(Path(directory), self.model, self.optimizer)
+        extra, _ = load_training_state(Path(directory), self.model, self.optimizer)
         self.scheduler.load_state_dict(extra["scheduler"])
 
     def _micro_batch_loss(self, micro: Trajectories, normaliser: float) -> LossOutput:

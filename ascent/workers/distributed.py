@@ -76,10 +76,11 @@ def all_reduce_sum(values: dict[str, float]) -> dict[str, float]:
 
 
 def full_parameters_in_buckets(model: torch.nn.Module, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """The full (unsharded) parameters, a bucket of about `bucket_bytes` at a time. A sharded model is gathered
-    block by block at once (one all-gather per block, not one per parameter, in the layers' compute dtype:
-    the weights as the trained forward uses them), then resharded when the iteration ends. Every rank must
-    iterate to the end: the gathers are collectives."""
+    """The full (unsharded) parameters, a bucket of about `bucket_bytes` at a time. A sharded model is first
+    gathered whole: one all-gather per FSDP block rather than one per parameter, in the layers' compute dtype
+    (the weights as the trained forward sees them); peak memory is one more full copy of the weights. The
+    shards are restored when the iteration ends. Every rank must iterate to the end: the gathers are
+    collectives."""
     sharded = [module for module in model.modules() if isinstance(module, FSDPModule)]
     for handle in [module.unshard(async_op=True) for module in sharded]:
         if handle is not None:
@@ -99,29 +100,40 @@ def full_parameters_in_buckets(model: torch.nn.Module, bucket_bytes: int) -> Ite
             module.reshard()
 
 
-def save_training_state(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, extra: dict) -> None:
+def save_training_state(
+    directory: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    extra: dict,
+    rank_state: dict | None = None,
+) -> None:
     """Model and optimizer with torch.distributed.checkpoint (each rank writes its shards; a plain module
-    writes whole tensors), plus `extra` (scheduler, counters) from rank 0 and each rank's RNG state. The
-    files load into any number of ranks, sharded or not (`load_training_state`)."""
+    writes whole tensors), plus `extra` (scheduler, counters: the same on every rank) from rank 0, and each
+    rank's RNG state with its own `rank_state` (e.g. a random stream of its own). The files load into any
+    number of ranks, sharded or not (`load_training_state`)."""
     with _single_process_is_intended():
         dcp.save(_model_and_optimizer_state(model, optimizer), checkpoint_id=directory, no_dist=world_size() == 1)
     if rank() == 0:
         torch.save(extra, directory / "worker_state.pt")
-    torch.save(_rng_state(), directory / f"rng_rank{rank()}.pt")
+    torch.save({"rng": _rng_state(), "rank_state": rank_state or {}}, directory / f"rng_rank{rank()}.pt")
 
 
-def load_training_state(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """Restore what `save_training_state` wrote, resharded to this world; returns `extra`. A rank that had no
-    counterpart when the checkpoint was written keeps its RNG state."""
+def load_training_state(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """Restore what `save_training_state` wrote, resharded to this world; returns `extra` and this rank's
+    `rank_state` (empty for a rank that had no counterpart when the checkpoint was written: it keeps its
+    RNG state)."""
     state = _model_and_optimizer_state(model, optimizer)
     with _single_process_is_intended():
         dcp.load(state, checkpoint_id=directory, no_dist=world_size() == 1)
     set_model_state_dict(model, state["model"])
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
+    rank_state = {}
     rng_file = directory / f"rng_rank{rank()}.pt"
     if rng_file.exists():
-        _set_rng_state(torch.load(rng_file, weights_only=False))
-    return torch.load(directory / "worker_state.pt", weights_only=False)
+        saved = torch.load(rng_file, weights_only=False)
+        _set_rng_state(saved["rng"])
+        rank_state = saved["rank_state"]
+    return torch.load(directory / "worker_state.pt", weights_only=False), rank_state
 
 
 @contextlib.contextmanager

@@ -10,11 +10,16 @@ from ascent.rollout.trajectories import Trajectories
 
 @torch.no_grad()
 def compute_response_logprobs(
-    model: torch.nn.Module, batch: Trajectories, micro_batch_size: int, temperature: float, with_entropy: bool = False
+    model: torch.nn.Module,
+    batch: Trajectories,
+    micro_batch_size: int,
+    temperature: float,
+    device: torch.device,
+    with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(response token) under `model` at `temperature`: [B, R] float32 on CPU, 0 on padding.
-    With `with_entropy`, also the per-token entropy [B, R]."""
-    device = next(model.parameters()).device
+    Micro-batches compute on `device` (where the worker computes, even when FSDP keeps shards in CPU
+    memory). With `with_entropy`, also the per-token entropy [B, R]."""
     logprob_parts, entropy_parts = [], []
     for micro in batch.split(micro_batch_size):
         micro = micro.to(device)

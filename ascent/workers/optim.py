@@ -53,12 +53,12 @@ def train_on_batch(
     config: OptimConfig,
     normaliser: Callable[[Trajectories], float],
     micro_batch_loss: Callable[[Trajectories, float], LossOutput],
+    device: torch.device,
 ) -> dict[str, float]:
     """Optimizer updates over `batch`: `config.epochs` passes of mini-batches, each accumulated over
     micro-batches. `normaliser(mini_batch)` is computed once per mini-batch and handed to every
     `micro_batch_loss(micro, normaliser)`, whose shares then sum to the mini-batch loss.
     Returns metrics averaged over the updates; an update whose gradient norm is not finite is skipped."""
-    device = next(model.parameters()).device
     ranks = world_size()
     # `config.mini_batch_size` counts samples over all ranks; each rank holds its share of every mini-batch.
     mini_batch_size = (config.mini_batch_size // ranks) if config.mini_batch_size else len(batch)

@@ -20,7 +20,7 @@ from ascent.algorithms.losses import (
     truncated_importance_weights,
 )
 from ascent.config.schema import AlgorithmConfig, Config
-from ascent.controller.dispatch import SPLIT
+from ascent.controller.dispatch import SPLIT, SPLIT_MINI_BATCHES
 from ascent.models.builders import build_model_from_config
 from ascent.models.logprobs import entropy_from_logits, response_logits, token_logprobs
 from ascent.rollout.engine import build_rollout_engine
@@ -80,11 +80,16 @@ class PolicyWorker:
     """
 
     # How a worker group spreads each method over ranks (see ascent/controller/dispatch.py).
-    DISPATCH: ClassVar[dict[str, str]] = {"generate": SPLIT, "compute_logprobs": SPLIT, "update": SPLIT}
+    DISPATCH: ClassVar[dict[str, str]] = {
+        "generate": SPLIT,
+        "compute_logprobs": SPLIT,
+        "update": SPLIT_MINI_BATCHES,
+    }
 
     def __init__(self, config: Config, tokenizer, device: torch.device, total_steps: int) -> None:
         self.config = config
         self.tokenizer = tokenizer
+        self.device = device
         model = build_model_from_config(config.model, tokenizer, config.trainer.seed)
         if config.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
@@ -110,7 +115,12 @@ class PolicyWorker:
     def compute_logprobs(self, batch: Trajectories, with_entropy: bool = False):
         """Logprobs [B, R] of the response tokens under the current weights (and entropy when asked)."""
         logprobs, entropy = compute_response_logprobs(
-            self.model, batch, self.config.optim.micro_batch_size, self.config.rollout.temperature, with_entropy
+            self.model,
+            batch,
+            self.config.optim.micro_batch_size,
+            self.config.rollout.temperature,
+            self.device,
+            with_entropy,
         )
         return (logprobs, entropy) if with_entropy else logprobs
 
@@ -135,6 +145,7 @@ class PolicyWorker:
             micro_batch_loss=lambda micro, normaliser: self._micro_batch_loss(
                 micro, normaliser, objective, coefficients
             ),
+            device=self.device,
         )
         metrics["lr"] = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
@@ -189,18 +200,17 @@ class PolicyWorker:
     def save_checkpoint(self, directory: str | Path) -> None:
         """Model, optimizer, lr schedule and policy version, in a layout any number of ranks can load."""
         extra = {"scheduler": self.scheduler.state_dict(), "policy_version": self.policy_version}
-        generator = self.policy_loss.keywords.get("generator")  # clip-cov's token selection
-        if generator is not None:
-            extra["loss_generator"] = generator.get_state()
-        save_training_state(Path(directory), self.model, self.optimizer, extra)
+        generator = self.policy_loss.keywords.get("generator")  # clip-cov's token selection, one stream per rank
+        rank_state = {"loss_generator": generator.get_state()} if generator is not None else {}
+        save_training_state(Path(directory), self.model, self.optimizer, extra, rank_state)
 
     def load_checkpoint(self, directory: str | Path) -> None:
         """Restore `save_checkpoint`'s state (written by any number of ranks); the rollout engine gets the weights."""
-        extra = load_training_state(Path(directory), self.model, self.optimizer)
+        extra, rank_state = load_training_state(Path(directory), self.model, self.optimizer)
         self.scheduler.load_state_dict(extra["scheduler"])
         self.policy_version = extra["policy_version"]
-        if "loss_generator" in extra and "generator" in self.policy_loss.keywords:
-            self.policy_loss.keywords["generator"].set_state(extra["loss_generator"])
+        if "loss_generator" in rank_state and "generator" in self.policy_loss.keywords:
+            self.policy_loss.keywords["generator"].set_state(rank_state["loss_generator"])
         self._push_weights_to_engine()
 
     def save_pretrained(self, directory: str | Path) -> None:

@@ -20,6 +20,7 @@ class ReferenceWorker:
     DISPATCH: ClassVar[dict[str, str]] = {"compute_logprobs": SPLIT}
 
     def __init__(self, config: Config, tokenizer, device: torch.device) -> None:
+        self.device = device
         model = build_model_from_config(config.model, tokenizer, config.trainer.seed)
         model = model.to(device).eval().requires_grad_(False)
         self.model = shard_model(model, config.fsdp, device) if world_size() > 1 else model
@@ -27,5 +28,5 @@ class ReferenceWorker:
         self.temperature = config.rollout.temperature
 
     def compute_logprobs(self, batch: Trajectories) -> torch.Tensor:
-        logprobs, _ = compute_response_logprobs(self.model, batch, self.micro_batch_size, self.temperature)
+        logprobs, _ = compute_response_logprobs(self.model, batch, self.micro_batch_size, self.temperature, self.device)
         return logprobs

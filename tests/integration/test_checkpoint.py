@@ -55,7 +55,9 @@ def test_resume_refuses_a_config_that_changes_the_computation(tmp_path, capsys):
     error = capsys.readouterr().err
     assert "algorithm.clip_high: 0.2 in the checkpoint, 0.3 now" in error and "optim.lr" in error
     assert "trainer.steps" not in error  # a longer run is a change a resume allows
-    assert train(tmp_path, "trainer.steps=2", "optim.lr=5e-3", "trainer.resume=never") == 0
+    # a fresh run may not start among another run's checkpoints: keep_last would delete its own first
+    assert train(tmp_path, "trainer.steps=2", "optim.lr=5e-3", "trainer.resume=never") == 2
+    assert "holds another run's checkpoints" in capsys.readouterr().err
 
 
 def test_keep_last_and_an_unfinished_save_are_handled(tmp_path):

@@ -45,3 +45,29 @@ def test_bf16_update_moves_the_policy_and_keeps_the_engine_in_step(tokenizer, pr
     after = policy.generate(prompts, SamplingParams(max_tokens=16, temperature=1.0, samples_per_prompt=4, seed=2))
     mask = after.response_mask.bool()
     assert (policy.compute_logprobs(after)[mask] - after.rollout_logprobs[mask]).abs().mean() < 0.05
+
+
+def test_a_ray_worker_on_the_gpu_trains_over_nccl_with_gloo_for_cpu_tensors(tmp_path):
+    # One GPU, so one rank: NCCL refuses two ranks on one device. It still checks the process group
+    # ("cpu:gloo,cuda:nccl": the loss normaliser is reduced as a CPU tensor) and the actor's device.
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+    from pathlib import Path
+
+    from ascent.cli import main
+
+    rewards = Path(__file__).parent.parent / "data" / "toy_rewards.py"
+    ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1")
+    try:
+        code = main(
+            [
+                "train", "model.path=tiny:llama", "trainer.progress_bar=false", "data.synthetic.name=arithmetic",
+                "data.synthetic.num_val=0", f"reward.function={rewards}:count_sevens", "trainer.steps=2",
+                "rollout.max_response_tokens=8", "rollout.samples_per_prompt=4", "trainer.prompts_per_step=4",
+                "trainer.backend=ray", "trainer.num_workers=1", "trainer.gpus_per_node=1",
+                f"trainer.output_dir={tmp_path}",
+            ]
+        )  # fmt: skip
+    finally:
+        ray.shutdown()
+    assert code == 0
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2

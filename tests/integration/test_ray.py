@@ -64,10 +64,10 @@ def test_two_ray_workers_reproduce_the_local_run(ray_cluster, tmp_path):
 
 def test_ppo_with_a_critic_a_reference_and_uneven_filtered_batches_matches_the_local_run(ray_cluster, tmp_path):
     # Groups of 3 samples and the drop filter give batches of 3, 6, 9 or 12 samples: odd sizes are padded to
-    # divide over the 2 ranks. One mini-batch per step (mini_batch_size=0) makes the update order-free.
+    # divide over the 2 ranks. Mini-batches of 6 samples: each rank trains on its half of each in turn.
     overrides = (
         "algorithm.name=ppo", "critic.lr=1e-3", "algorithm.kl.coef=0.05", "algorithm.kl.placement=loss",
-        "algorithm.group_filter=drop", "rollout.samples_per_prompt=3", "optim.mini_batch_size=0",
+        "algorithm.group_filter=drop", "rollout.samples_per_prompt=3", "optim.mini_batch_size=6",
         "optim.micro_batch_size=3", "optim.lr=1e-4",
     )  # fmt: skip
     local = run(tmp_path / "local", *overrides)
@@ -210,7 +210,9 @@ def test_a_worker_killed_mid_run_stops_it_with_a_clear_error_and_resume_complete
     run(run_dir, *settings, expected_code=1)
     assert killed and time.monotonic() - killed[0] < 60  # stopped within the timeout, not hung
     error = capsys.readouterr().err
-    assert "process died" in error and "Rerun the same command" in error
-    resumed = run(run_dir, *settings)
+    continue_command = f"ascent train {run_dir}/config.yaml"
+    assert "process died" in error and continue_command in error
+    assert main(continue_command.split()[1:]) == 0  # the command the error suggests
+    resumed = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [entry["step"] for entry in resumed] == [1, 2, 3, 4, 5, 6]
     assert (run_dir / "final" / "model.safetensors").exists()

@@ -229,6 +229,33 @@ def test_out_of_range_values_name_the_key(override, key):
     assert key in config_error(override)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (("trainer.num_workers=3", "trainer.nnodes=2"), "trainer.num_workers=3 does not spread evenly"),
+        (("trainer.num_workers=4", "trainer.gpus_per_node=8"), "must be trainer.nnodes x trainer.gpus_per_node = 8"),
+        (("trainer.device=cuda",), "needs trainer.gpus_per_node > 0"),
+        (("fsdp.cpu_offload=true",), "fsdp.cpu_offload moves GPU memory to the CPU"),
+        (("fsdp.param_dtype=fp16",), "fsdp.param_dtype='fp16' is not one of: auto, float32, bfloat16"),
+        (("trainer.num_workers=3",), "trainer.num_workers=3 must divide the mini-batch of 32 samples"),
+        (("trainer.nnodes=0",), "trainer.nnodes must be > 0"),
+    ],
+)
+def test_ray_settings_are_checked_before_anything_starts(overrides, expected):
+    ray = ("trainer.backend=ray", "trainer.num_workers=2", "trainer.prompts_per_step=4", "rollout.samples_per_prompt=8")
+    assert expected in config_error(*ray, *overrides)
+
+
+def test_several_workers_need_the_ray_backend():
+    assert "need trainer.backend=ray" in config_error("trainer.num_workers=2")
+
+
+def test_a_mini_batch_share_per_rank_must_hold_whole_micro_batches():
+    error = config_error("trainer.backend=ray", "trainer.num_workers=2", "optim.mini_batch_size=8",
+                         "optim.micro_batch_size=8")  # fmt: skip
+    assert "optim.micro_batch_size=8 does not divide the 4 samples per rank of a mini-batch" in error
+
+
 # ---- algorithm presets --------------------------------------------------------------------------------------
 
 

@@ -90,3 +90,15 @@ def test_a_batch_that_does_not_divide_is_padded_with_rows_that_train_nothing():
     assert all(b.advantages is not None for b in rank_batches)  # update's fields travel with the padding
     results = [b.advantages[:, 0] for b in rank_batches]  # one value per row, padding included
     assert gather_results(results, call).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]  # padding dropped, order kept
+
+
+def test_an_update_split_gives_each_rank_its_share_of_every_mini_batch_in_order():
+    # 8 samples, mini-batches of 4: rows 0-3 and 4-7. Balancing the whole batch at once could put rows of
+    # both mini-batches in one rank's first half; per mini-batch, rank r's k-th half is its part of batch k.
+    batch = make_batch([1] * 8, [9, 1, 1, 1, 9, 9, 9, 1])
+    call = split_arguments((batch,), 2, mini_batch_size=4)
+    for part in call.parts:
+        assert all(index < 4 for index in part[:2]) and all(index >= 4 for index in part[2:])
+    assert sorted(i for part in call.parts for i in part) == list(range(8))
+    whole = split_arguments((batch,), 2)  # compute_logprobs: balanced over the whole batch
+    assert any(any(index >= 4 for index in part[:2]) for part in whole.parts)
