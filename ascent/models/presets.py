@@ -24,6 +24,14 @@ TINY_PRESETS: dict[str, dict] = {
         num_key_value_heads=1,
         intermediate_size=128,
     ),
+    "llama-25m": dict(  # about 24M parameters: a benchmark model where the forward, not Python, dominates
+        architecture="llama",
+        hidden_size=512,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        intermediate_size=1408,
+    ),
     "qwen2": dict(
         architecture="qwen2",
         hidden_size=128,

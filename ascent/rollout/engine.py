@@ -8,6 +8,7 @@ from typing import Protocol
 import torch
 
 from ascent.rollout.hf import HFRolloutEngine
+from ascent.rollout.native import NativeRolloutEngine
 from ascent.rollout.trajectories import SamplingParams, Trajectories
 
 
@@ -30,7 +31,7 @@ class RolloutEngine(Protocol):
     def wake(self) -> None: ...
 
 
-ROLLOUT_ENGINES = {"hf": HFRolloutEngine}
+ROLLOUT_ENGINES = {"hf": HFRolloutEngine, "native": NativeRolloutEngine}
 
 
 def build_rollout_engine(name: str, model: torch.nn.Module, tokenizer) -> RolloutEngine:

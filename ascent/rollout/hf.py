@@ -23,7 +23,7 @@ class HFRolloutEngine:
     def __init__(self, model: PreTrainedModel, tokenizer) -> None:
         self.model = model
         self.pad_token_id = tokenizer.pad_token_id
-        self.eos_token_ids = _eos_token_ids(model, tokenizer)
+        self.eos_token_ids = eos_token_ids(model, tokenizer)
 
     @torch.no_grad()
     def generate(
@@ -60,35 +60,10 @@ class HFRolloutEngine:
         self.model.train(was_training)
         generated = sequences[:, prompt_ids.shape[1] :].cpu()
         logprobs = processors[0].logprobs_of(generated)
-        return self._to_trajectories(prompt_ids, prompt_mask, generated, logprobs, sampling)
-
-    def _to_trajectories(self, prompt_ids, prompt_mask, generated, logprobs, sampling) -> Trajectories:
-        responses, finish_reasons = [], []
-        eos = torch.tensor(self.eos_token_ids)
-        for row in generated:
-            stops = torch.isin(row, eos).nonzero()
-            if len(stops):
-                responses.append(row[: int(stops[0]) + 1].tolist())
-                finish_reasons.append("stop")
-            else:
-                responses.append(row.tolist())
-                finish_reasons.append("length")
-        response_ids, response_mask = right_pad(responses, self.pad_token_id)
-        width = response_ids.shape[1]
-        rollout_logprobs = torch.zeros(response_ids.shape, dtype=torch.float32)
-        rollout_logprobs[:, : min(width, logprobs.shape[1])] = logprobs[:, :width]
-        rollout_logprobs *= response_mask
-        num_prompts = len(prompt_ids) // sampling.samples_per_prompt
-        return Trajectories(
-            prompt_ids=prompt_ids,
-            prompt_mask=prompt_mask,
-            response_ids=response_ids,
-            response_mask=response_mask,
-            loss_mask=response_mask.float(),
-            rollout_logprobs=rollout_logprobs,
-            group_ids=torch.arange(num_prompts).repeat_interleave(sampling.samples_per_prompt),
-            finish_reasons=finish_reasons,
-        )
+        return to_trajectories(
+            prompt_ids, prompt_mask, generated, logprobs, sampling.samples_per_prompt, self.eos_token_ids,
+            self.pad_token_id,
+        )  # fmt: skip
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         parameters = dict(self.model.named_parameters())
@@ -136,7 +111,46 @@ class _SampledLogprobs(LogitsProcessor):
         return torch.stack(picked, dim=1)
 
 
-def _eos_token_ids(model: PreTrainedModel, tokenizer) -> list[int]:
+def to_trajectories(
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    generated: torch.Tensor,
+    logprobs: torch.Tensor,
+    samples_per_prompt: int,
+    eos_ids: list[int],
+    pad_token_id: int,
+) -> Trajectories:
+    """Rows of generated tokens [B, G] (and their logprobs) cut after the first EOS ("stop") or kept whole
+    ("length"), as a Trajectories batch whose consecutive `samples_per_prompt` rows share a group."""
+    responses, finish_reasons = [], []
+    eos = torch.tensor(eos_ids)
+    for row in generated:
+        stops = torch.isin(row, eos).nonzero()
+        if len(stops):
+            responses.append(row[: int(stops[0]) + 1].tolist())
+            finish_reasons.append("stop")
+        else:
+            responses.append(row.tolist())
+            finish_reasons.append("length")
+    response_ids, response_mask = right_pad(responses, pad_token_id)
+    width = response_ids.shape[1]
+    rollout_logprobs = torch.zeros(response_ids.shape, dtype=torch.float32)
+    rollout_logprobs[:, : min(width, logprobs.shape[1])] = logprobs[:, :width]
+    rollout_logprobs *= response_mask
+    num_prompts = len(prompt_ids) // samples_per_prompt
+    return Trajectories(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=response_ids,
+        response_mask=response_mask,
+        loss_mask=response_mask.float(),
+        rollout_logprobs=rollout_logprobs,
+        group_ids=torch.arange(num_prompts).repeat_interleave(samples_per_prompt),
+        finish_reasons=finish_reasons,
+    )
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer) -> list[int]:
     ids = {tokenizer.eos_token_id}
     configured = getattr(model.generation_config, "eos_token_id", None)
     if isinstance(configured, int):

@@ -81,6 +81,18 @@ class SeededGumbelSampler(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         step = input_ids.shape[1] - self.prompt_length
-        logits = filter_logits(scores.float() / self.temperature, self.top_k, self.top_p)
-        uniform = uniform_noise(self.seeds.to(scores.device), step, scores.shape[-1])
-        return logits - torch.log(-torch.log(uniform))
+        seeds = self.seeds.to(scores.device)
+        return gumbel_perturbed(scores.float() / self.temperature, seeds, step, self.top_k, self.top_p)
+
+
+def gumbel_perturbed(scaled_logits: torch.Tensor, seeds: torch.Tensor, step: int, top_k: int, top_p: float):
+    """Filtered temperature-scaled logits [B, V] plus each row's Gumbel noise at decoding `step`: their
+    argmax is the row's sample."""
+    logits = filter_logits(scaled_logits, top_k, top_p)
+    uniform = uniform_noise(seeds, step, scaled_logits.shape[-1])
+    return logits - torch.log(-torch.log(uniform))
+
+
+def gumbel_sample(scaled_logits: torch.Tensor, seeds: torch.Tensor, step: int, top_k: int, top_p: float):
+    """The sampled token of each row [B] (see `gumbel_perturbed`)."""
+    return gumbel_perturbed(scaled_logits, seeds, step, top_k, top_p).argmax(-1)

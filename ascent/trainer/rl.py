@@ -352,6 +352,8 @@ def batch_metrics(batch: Trajectories) -> dict[str, float]:
         "response_length/clip_ratio": statistics.fmean(reason == "length" for reason in batch.finish_reasons),
         "advantages/abs_mean": masked_mean(batch.advantages.abs(), mask),
     }
+    for reason in sorted(set(batch.finish_reasons)):
+        metrics[f"rollout/finish_reason/{reason}"] = statistics.fmean(r == reason for r in batch.finish_reasons)
     if batch.old_logprobs is not None:
         log_ratio = batch.old_logprobs - batch.rollout_logprobs  # log p_train / p_rollout on rollout samples
         metrics["rollout/logprob_abs_diff"] = masked_mean(log_ratio.abs(), mask)

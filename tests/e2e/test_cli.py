@@ -36,8 +36,12 @@ def test_grpo_learns_a_trivial_reward_and_changes_every_parameter(tmp_path):
         ]
     )  # fmt: skip
     assert code == 0
-    rewards = [entry["reward/mean"] for entry in read_metrics(run_dir)]
+    metrics = read_metrics(run_dir)
+    rewards = [entry["reward/mean"] for entry in metrics]
     assert len(rewards) == 25
+    for entry in metrics:  # every sample ends one way or the other
+        reasons = [entry.get(f"rollout/finish_reason/{reason}", 0.0) for reason in ("stop", "length")]
+        assert sum(reasons) == pytest.approx(1.0) and reasons[1] == entry["response_length/clip_ratio"]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last > first + 0.15, f"reward did not rise: {first:.3f} -> {last:.3f}"
     initial = build_model("tiny:llama-micro", build_char_tokenizer(), seed=0)
