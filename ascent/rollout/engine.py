@@ -13,6 +13,8 @@ from ascent.rollout.trajectories import SamplingParams, Trajectories
 
 
 class RolloutEngine(Protocol):
+    last_timings: dict[str, float]  # seconds per stage of the last `generate` (e.g. prefill_s, decode_s)
+
     def generate(
         self, prompt_token_ids: list[list[int]], sampling: SamplingParams, prompt_seeds: list[int] | None = None
     ) -> Trajectories:

@@ -24,6 +24,7 @@ class HFRolloutEngine:
         self.model = model
         self.pad_token_id = tokenizer.pad_token_id
         self.eos_token_ids = eos_token_ids(model, tokenizer)
+        self.last_timings: dict[str, float] = {}  # `generate` does not report its prefill and decode apart
 
     @torch.no_grad()
     def generate(

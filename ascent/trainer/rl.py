@@ -157,6 +157,7 @@ class RLTrainer:
         records: list[PromptRecord] = []
         kept: list[Trajectories] = []
         scored_rounds: list[ScoredBatch] = []
+        engine_timings: dict[str, float] = {}
         num_groups = num_informative_groups = 0
         for generation_round in range(algorithm.max_generation_rounds):
             new_records = [self.data.train[i] for i in self.sampler.next_indices(wanted)]
@@ -166,6 +167,8 @@ class RLTrainer:
                 # One seed per prompt, by its place in the step: a worker group may split the prompts any way.
                 prompt_seeds = [sampling.seed * 1_000_003 + len(records) + i for i in range(len(prompts))]
                 batch = self.policy.call("generate", prompts, sampling, prompt_seeds)
+            for name, seconds in self.policy.call("rollout_timings").items():  # rank 0's, on Ray
+                engine_timings[f"rollout/{name}"] = engine_timings.get(f"rollout/{name}", 0.0) + seconds
             batch.group_ids = batch.group_ids + len(records)
             records += new_records
             with timed(timings, "score"):
@@ -191,7 +194,7 @@ class RLTrainer:
         if algorithm.group_filter == "dynamic":
             first_groups = list(dict.fromkeys(batch.group_ids.tolist()))[:wanted]
             batch = batch.select(torch.isin(batch.group_ids, torch.tensor(first_groups)).nonzero().squeeze(-1))
-        metrics = reward_metrics(ScoredBatch.concat(scored_rounds), "reward")
+        metrics = reward_metrics(ScoredBatch.concat(scored_rounds), "reward") | engine_timings
         metrics["reward/groups_all_equal"] = 1 - num_informative_groups / num_groups
         if algorithm.group_filter != "none":
             metrics["filter/generation_rounds"] = float(generation_round + 1)
@@ -367,7 +370,7 @@ def throughput(batch: Trajectories, timings: dict[str, float]) -> dict[str, floa
     generated = float(batch.response_mask.sum())
     total = generated + float(batch.prompt_mask.sum())
     return {
-        "perf/rollout_tokens_per_s": generated / max(timings["timing/rollout"], 1e-9),
+        "rollout/tokens_per_s": generated / max(timings["timing/rollout"], 1e-9),
         "perf/tokens_per_s": total / max(timings["timing/step"], 1e-9),
     }
 

@@ -112,6 +112,10 @@ class PolicyWorker:
         trajectories.policy_version = self.policy_version
         return trajectories
 
+    def rollout_timings(self) -> dict[str, float]:
+        """Seconds the engine spent in the stages of its last `generate` (native: prefill_s, decode_s)."""
+        return dict(self.engine.last_timings)
+
     def compute_logprobs(self, batch: Trajectories, with_entropy: bool = False):
         """Logprobs [B, R] of the response tokens under the current weights (and entropy when asked)."""
         logprobs, entropy = compute_response_logprobs(

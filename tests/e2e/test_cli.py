@@ -42,6 +42,7 @@ def test_grpo_learns_a_trivial_reward_and_changes_every_parameter(tmp_path):
     for entry in metrics:  # every sample ends one way or the other
         reasons = [entry.get(f"rollout/finish_reason/{reason}", 0.0) for reason in ("stop", "length")]
         assert sum(reasons) == pytest.approx(1.0) and reasons[1] == entry["response_length/clip_ratio"]
+        assert entry["rollout/prefill_s"] > 0 and entry["rollout/decode_s"] > 0  # the native engine's stages
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last > first + 0.15, f"reward did not rise: {first:.3f} -> {last:.3f}"
     initial = build_model("tiny:llama-micro", build_char_tokenizer(), seed=0)
