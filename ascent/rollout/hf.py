@@ -67,12 +67,7 @@ class HFRolloutEngine:
         )  # fmt: skip
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        parameters = dict(self.model.named_parameters())
-        with torch.no_grad():
-            for name, tensor in named_tensors:
-                target = parameters[name]
-                if target.data_ptr() != tensor.data_ptr():  # colocated engines share storage: nothing to copy
-                    target.copy_(tensor)
+        load_weights(self.model, named_tensors)
 
     def sleep(self) -> None:
         """Nothing to free: HF generate allocates its KV cache per call."""
@@ -149,6 +144,17 @@ def to_trajectories(
         group_ids=torch.arange(num_prompts).repeat_interleave(samples_per_prompt),
         finish_reasons=finish_reasons,
     )
+
+
+def load_weights(model: torch.nn.Module, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Copy full tensors into `model`'s parameters of the same names; a tensor that already is the parameter
+    (an engine colocated with the policy shares its storage) is skipped."""
+    parameters = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, tensor in named_tensors:
+            target = parameters[name]
+            if target.data_ptr() != tensor.data_ptr():
+                target.copy_(tensor)
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer) -> list[int]:

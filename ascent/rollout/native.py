@@ -21,7 +21,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from ascent.models.logprobs import position_ids_from_mask
-from ascent.rollout.hf import eos_token_ids, to_trajectories
+from ascent.rollout.hf import eos_token_ids, load_weights, to_trajectories
 from ascent.rollout.sampling import gumbel_sample, row_seeds
 from ascent.rollout.trajectories import SamplingParams, Trajectories, left_pad
 
@@ -118,12 +118,7 @@ class NativeRolloutEngine:
         return output.logits[:, -1].float()
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        parameters = dict(self.model.named_parameters())
-        with torch.no_grad():
-            for name, tensor in named_tensors:
-                target = parameters[name]
-                if target.data_ptr() != tensor.data_ptr():  # colocated engines share storage: nothing to copy
-                    target.copy_(tensor)
+        load_weights(self.model, named_tensors)
 
     def sleep(self) -> None:
         """Nothing to free: the KV cache lives for one `generate` call."""
