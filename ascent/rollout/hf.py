@@ -52,13 +52,15 @@ class HFRolloutEngine:
         )
         was_training = self.model.training
         self.model.eval()
-        sequences = self.model.generate(
-            input_ids=prompt_ids.to(device),
-            attention_mask=prompt_mask.to(device),
-            generation_config=generation_config,
-            logits_processor=LogitsProcessorList(processors),
-        )
-        self.model.train(was_training)
+        try:
+            sequences = self.model.generate(
+                input_ids=prompt_ids.to(device),
+                attention_mask=prompt_mask.to(device),
+                generation_config=generation_config,
+                logits_processor=LogitsProcessorList(processors),
+            )
+        finally:
+            self.model.train(was_training)
         generated = sequences[:, prompt_ids.shape[1] :].cpu()
         logprobs = processors[0].logprobs_of(generated)
         return to_trajectories(

@@ -51,12 +51,19 @@ class NativeRolloutEngine:
         """Sample `samples_per_prompt` responses per prompt; prompt i's sample j depends only on prompt_seeds[i]
         (default: sampling.seed + i), j and the weights."""
         device = next(self.model.parameters()).device
-        samples = sampling.samples_per_prompt
-        greedy = sampling.temperature == 0
-        temperature = 1.0 if greedy else sampling.temperature
         seeds = prompt_seeds if prompt_seeds is not None else [sampling.seed + i for i in range(len(prompt_token_ids))]
         was_training = self.model.training
         self.model.eval()
+        try:
+            trajectories = self._generate(prompt_token_ids, sampling, seeds, device)
+        finally:
+            self.model.train(was_training)
+        return trajectories
+
+    def _generate(self, prompt_token_ids, sampling: SamplingParams, seeds: list[int], device) -> Trajectories:
+        samples = sampling.samples_per_prompt
+        greedy = sampling.temperature == 0
+        temperature = 1.0 if greedy else sampling.temperature
         start = time.perf_counter()
 
         prompt_ids, prompt_mask = left_pad(prompt_token_ids, self.pad_token_id)
@@ -97,7 +104,6 @@ class NativeRolloutEngine:
             logits = self._forward(tokens[:, None], attention, next_position, cache, device)
             next_position = next_position + 1
 
-        self.model.train(was_training)
         self.last_timings = {"prefill_s": prefill_done - start, "decode_s": time.perf_counter() - prefill_done}
         repeated_ids = prompt_ids.repeat_interleave(samples, dim=0)
         repeated_mask = prompt_mask.repeat_interleave(samples, dim=0)
