@@ -31,7 +31,6 @@ class Components:
     tokenizer: object
     data: PromptDatasets
     rewards: RewardManager
-    device: torch.device
     policy: WorkerGroup
     reference: WorkerGroup | None  # when a KL term needs the initial policy
     critic: WorkerGroup | None  # when advantages come from GAE
@@ -61,7 +60,7 @@ def build_components(config: Config, with_rl_roles: bool = True) -> Components:
     if with_rl_roles and config.algorithm.advantage_estimator == "gae":
         roles["critic"] = (functools.partial(CriticWorker, config, tokenizer, device, steps), CriticWorker.DISPATCH)
     groups = build_worker_groups(config, roles)
-    return Components(tokenizer, data, rewards, device, groups["policy"], groups.get("reference"), groups.get("critic"))
+    return Components(tokenizer, data, rewards, groups["policy"], groups.get("reference"), groups.get("critic"))
 
 
 def worker_device(config: Config) -> torch.device:
