@@ -56,6 +56,8 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
+    min_p: float = 0.0  # drop tokens less likely than min_p times the most likely one; 0 = off
+    stop: list[str] = field(default_factory=list)  # a response ends at the token that completes one of these
     val_temperature: float = 0.0  # 0 = greedy validation
     val_samples_per_prompt: int = 1
 

@@ -126,6 +126,7 @@ def _check_ranges(config: Config) -> None:
         _positive(key, value)
     for key, value, low, high in [
         ("rollout.top_p", rollout.top_p, 0, 1),
+        ("rollout.min_p", rollout.min_p, 0, 1),
         ("algorithm.clip_low", algorithm.clip_low, 0, 1),
         ("algorithm.gamma", algorithm.gamma, 0, 1),
         ("algorithm.lam", algorithm.lam, 0, 1),
@@ -137,6 +138,8 @@ def _check_ranges(config: Config) -> None:
             raise ConfigError(f"{key} must be in [{low}, {high}], got {value}.")
     if rollout.top_p == 0:
         raise ConfigError("rollout.top_p must be > 0 (1 = off).")
+    if any(not isinstance(stop, str) or not stop for stop in rollout.stop):
+        raise ConfigError(f"rollout.stop must be a list of non-empty strings, got {rollout.stop!r}.")
     if algorithm.dual_clip and algorithm.dual_clip <= 1:
         raise ConfigError(
             f"algorithm.dual_clip must be > 1 (3 is usual) or 0 to switch it off, got {algorithm.dual_clip}."

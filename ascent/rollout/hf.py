@@ -10,9 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedModel,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from ascent.rollout.sampling import SeededGumbelSampler, row_seeds
+from ascent.rollout.stopping import StopStrings, StopStringsCache, response_ends
 from ascent.rollout.trajectories import SamplingParams, Trajectories, left_pad, right_pad
 
 
@@ -24,6 +32,7 @@ class HFRolloutEngine:
         self.model = model
         self.pad_token_id = tokenizer.pad_token_id
         self.eos_token_ids = eos_token_ids(model, tokenizer)
+        self.stop_strings = StopStringsCache(tokenizer)
         self.last_timings: dict[str, float] = {}  # `generate` does not report its prefill and decode apart
 
     @torch.no_grad()
@@ -42,8 +51,13 @@ class HFRolloutEngine:
                 prompt_seeds if prompt_seeds is not None else [sampling.seed + i for i in range(len(prompt_token_ids))]
             )
             rows = row_seeds(seeds, sampling.samples_per_prompt)
-            temperature, top_k, top_p = sampling.temperature, sampling.top_k, sampling.top_p
-            processors.append(SeededGumbelSampler(rows, prompt_ids.shape[1], temperature, top_k, top_p))
+            processors.append(
+                SeededGumbelSampler(
+                    rows, prompt_ids.shape[1], sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p
+                )
+            )
+        stop_strings = self.stop_strings.get(sampling.stop)
+        criteria = [_StopStringCriteria(stop_strings, prompt_ids.shape[1])] if stop_strings else []
         generation_config = GenerationConfig(
             do_sample=False,  # the seeded sampler above turns greedy decoding into sampling
             max_new_tokens=sampling.max_tokens,
@@ -58,15 +72,16 @@ class HFRolloutEngine:
                 attention_mask=prompt_mask.to(device),
                 generation_config=generation_config,
                 logits_processor=LogitsProcessorList(processors),
+                stopping_criteria=StoppingCriteriaList(criteria),
             )
         finally:
             self.model.train(was_training)
         generated = sequences[:, prompt_ids.shape[1] :].cpu()
         logprobs = processors[0].logprobs_of(generated)
+        ends = response_ends(generated, self.eos_token_ids, stop_strings)
         return to_trajectories(
-            prompt_ids, prompt_mask, generated, logprobs, sampling.samples_per_prompt, self.eos_token_ids,
-            self.pad_token_id,
-        )  # fmt: skip
+            prompt_ids, prompt_mask, generated, logprobs, sampling.samples_per_prompt, ends, self.pad_token_id
+        )
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         load_weights(self.model, named_tensors)
@@ -76,6 +91,18 @@ class HFRolloutEngine:
 
     def wake(self) -> None:
         """Nothing to restore."""
+
+
+class _StopStringCriteria(StoppingCriteria):
+    """Ends a row of `generate` at the token that completes a stop string."""
+
+    def __init__(self, stop_strings: StopStrings, prompt_length: int) -> None:
+        self.stop_strings = stop_strings
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        rows = input_ids[:, self.prompt_length :].tolist()
+        return torch.tensor([self.stop_strings.completed(row) for row in rows], device=input_ids.device)
 
 
 class _SampledLogprobs(LogitsProcessor):
@@ -115,21 +142,14 @@ def to_trajectories(
     generated: torch.Tensor,
     logprobs: torch.Tensor,
     samples_per_prompt: int,
-    eos_ids: list[int],
+    ends: list[tuple[int, str]],
     pad_token_id: int,
 ) -> Trajectories:
-    """Rows of generated tokens [B, G] (and their logprobs) cut after the first EOS ("stop") or kept whole
-    ("length"), as a Trajectories batch whose consecutive `samples_per_prompt` rows share a group."""
-    responses, finish_reasons = [], []
-    eos = torch.tensor(eos_ids)
-    for row in generated:
-        stops = torch.isin(row, eos).nonzero()
-        if len(stops):
-            responses.append(row[: int(stops[0]) + 1].tolist())
-            finish_reasons.append("stop")
-        else:
-            responses.append(row.tolist())
-            finish_reasons.append("length")
+    """Rows of generated tokens [B, G] (and their logprobs) cut at their `ends` (length, finish reason; see
+    `ascent.rollout.stopping.response_ends`), as a Trajectories batch whose consecutive `samples_per_prompt`
+    rows share a group."""
+    responses = [row[:length] for row, (length, _) in zip(generated.tolist(), ends, strict=True)]
+    finish_reasons = [reason for _, reason in ends]
     response_ids, response_mask = right_pad(responses, pad_token_id)
     width = response_ids.shape[1]
     rollout_logprobs = torch.zeros(response_ids.shape, dtype=torch.float32)

@@ -1,15 +1,15 @@
-"""The native rollout engine: a lean decode loop over the policy's own Hugging Face modules.
+"""The native rollout engine: a lean decode loop in the policy's process, over the policy's own weights.
 
 What it does that `generate` does not:
-- each prompt is prefilled once, and its KV cache is copied to its `samples_per_prompt` rows (GRPO's samples
-  of one prompt share it);
-- a sequence that stopped leaves the batch at once, so the rest decode with a smaller batch;
-- sampling is the same seeded Gumbel-max draw as the `hf` engine (`ascent.rollout.sampling`), so both
-  engines give identical samples for the same seeds and weights, and the logprobs come from the same
+- a compact forward (`ascent.rollout.decoder`) with a key/value cache preallocated for the whole call and
+  written in place, instead of the model's forward with a cache that grows by concatenation;
+- each prompt is prefilled once, and its keys and values are copied to its `samples_per_prompt` rows (GRPO's
+  samples of one prompt share them);
+- stopped sequences leave the batch: once enough rows have stopped, the cache is compacted to the rows still
+  decoding, so a long tail does not make the whole batch pay for it;
+- sampling is the same seeded Gumbel-max draw as the `hf` engine (`ascent.rollout.sampling`), so both engines
+  give identical samples for the same seeds and weights, and the logprobs come from the same
   temperature-scaled distribution the loss assumes.
-
-It drives the model's forward with a dynamic KV cache; supported architectures are the Llama family
-(Llama, Qwen2, Qwen3, Mistral), whose forward takes explicit position ids with left-padded prompts.
 """
 
 from __future__ import annotations
@@ -18,29 +18,28 @@ import time
 from collections.abc import Iterable
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
-from ascent.models.logprobs import position_ids_from_mask
+from ascent.rollout.decoder import LlamaDecoder
 from ascent.rollout.hf import eos_token_ids, load_weights, to_trajectories
 from ascent.rollout.sampling import gumbel_sample, row_seeds
+from ascent.rollout.stopping import StopStrings, StopStringsCache, response_ends
 from ascent.rollout.trajectories import SamplingParams, Trajectories, left_pad
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "mistral")
+# Stopped rows stay in the cache (their tokens are discarded) until they are this fraction of it: compacting
+# copies the whole cache, so it is done in a few large steps rather than at every stop.
+_COMPACT_FRACTION = 1 / 8
 
 
 class NativeRolloutEngine:
-    """Generates with the module it was given (colocated: it shares the policy's tensors)."""
+    """Generates with the module it was given (colocated: it reads the policy's tensors, nothing is copied)."""
 
     def __init__(self, model: PreTrainedModel, tokenizer) -> None:
-        model_type = getattr(model.config, "model_type", None)
-        if model_type not in SUPPORTED_ARCHITECTURES:
-            raise ValueError(
-                f"rollout.engine=native supports {', '.join(SUPPORTED_ARCHITECTURES)} models, not {model_type!r}; "
-                "use rollout.engine=hf."
-            )
+        self.decoder = LlamaDecoder(model)
         self.model = model
         self.pad_token_id = tokenizer.pad_token_id
         self.eos_token_ids = eos_token_ids(model, tokenizer)
+        self.stop_strings = StopStringsCache(tokenizer)
         self.prefilled_prompts = 0  # prompts prefilled since the engine was built (each once per call)
         self.last_timings: dict[str, float] = {}
 
@@ -50,84 +49,83 @@ class NativeRolloutEngine:
     ) -> Trajectories:
         """Sample `samples_per_prompt` responses per prompt; prompt i's sample j depends only on prompt_seeds[i]
         (default: sampling.seed + i), j and the weights."""
-        device = next(self.model.parameters()).device
         seeds = prompt_seeds if prompt_seeds is not None else [sampling.seed + i for i in range(len(prompt_token_ids))]
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            trajectories = self._generate(prompt_token_ids, sampling, seeds, device)
-        finally:
-            self.model.train(was_training)
-        return trajectories
-
-    def _generate(self, prompt_token_ids, sampling: SamplingParams, seeds: list[int], device) -> Trajectories:
-        samples = sampling.samples_per_prompt
-        greedy = sampling.temperature == 0
-        temperature = 1.0 if greedy else sampling.temperature
         start = time.perf_counter()
-
+        device, _ = self.decoder.parameters_device_dtype()
         prompt_ids, prompt_mask = left_pad(prompt_token_ids, self.pad_token_id)
-        positions = position_ids_from_mask(prompt_mask)
-        cache = DynamicCache()
-        logits = self._forward(prompt_ids, prompt_mask, positions, cache, device)
+        samples, width = sampling.samples_per_prompt, prompt_ids.shape[1]
+        rotary = self.decoder.rotary_tables(width + sampling.max_tokens)
+
+        logits, keys, values = self.decoder.prefill(prompt_ids.to(device), prompt_mask.to(device), rotary)
         self.prefilled_prompts += len(prompt_token_ids)
-        cache.batch_repeat_interleave(samples)
+        cache = self.decoder.new_cache(len(prompt_token_ids) * samples, width + sampling.max_tokens)
+        for cached, prefilled in zip(cache.keys + cache.values, keys + values, strict=True):
+            by_prompt = cached.view(len(prompt_token_ids), samples, *cached.shape[1:])
+            by_prompt[:, :, :, :width] = prefilled[:, None]
+        cache.key_mask[:, :width] = prompt_mask.bool().repeat_interleave(samples, dim=0)
+        cache.length = width
         logits = logits.repeat_interleave(samples, dim=0)
-        attention = prompt_mask.repeat_interleave(samples, dim=0).to(device)
-        next_position = positions[:, -1:].repeat_interleave(samples, dim=0).to(device) + 1
+        positions = prompt_mask.sum(-1).repeat_interleave(samples).to(device)  # next rotary position per row
         prefill_done = time.perf_counter()
 
-        rows = len(prompt_token_ids) * samples
+        stop_strings = self.stop_strings.get(sampling.stop)
         row_seed = row_seeds(seeds, samples).to(device)
-        generated = torch.full((rows, sampling.max_tokens), self.pad_token_id, dtype=torch.long)
-        logprobs = torch.zeros((rows, sampling.max_tokens), dtype=torch.float32)
-        active = torch.arange(rows, device=device)  # the rows still decoding, in cache order
+        generated, logprobs = self._decode(logits, positions, cache, rotary, sampling, row_seed, stop_strings)
+        generated, logprobs = generated.cpu(), logprobs.cpu()
+        self.last_timings = {"prefill_s": prefill_done - start, "decode_s": time.perf_counter() - prefill_done}
+        ends = response_ends(generated, self.eos_token_ids, stop_strings)
+        repeated_ids = prompt_ids.repeat_interleave(samples, dim=0)
+        repeated_mask = prompt_mask.repeat_interleave(samples, dim=0)
+        return to_trajectories(repeated_ids, repeated_mask, generated, logprobs, samples, ends, self.pad_token_id)
+
+    def _decode(
+        self, logits, positions, cache, rotary, sampling: SamplingParams, row_seed, stop_strings: StopStrings | None
+    ):
+        """Tokens [B, max_tokens] and their logprobs. Past a row's stop its entries are arbitrary:
+        `response_ends` finds where each row stopped."""
+        rows, device = logits.shape[0], logits.device
+        greedy = sampling.temperature == 0
+        temperature = 1.0 if greedy else sampling.temperature
+        generated = torch.full((rows, sampling.max_tokens), self.pad_token_id, dtype=torch.long, device=device)
+        logprobs = torch.zeros((rows, sampling.max_tokens), dtype=torch.float32, device=device)
         eos = torch.tensor(self.eos_token_ids, device=device)
+        active = torch.arange(rows, device=device)  # the output row of each cache row
+        running = torch.ones(rows, dtype=torch.bool, device=device)  # per cache row: not stopped yet
         for step in range(sampling.max_tokens):
             scaled = logits / temperature
             if greedy:
                 tokens = logits.argmax(-1)
             else:
-                tokens = gumbel_sample(scaled, row_seed[active], step, sampling.top_k, sampling.top_p)
-            picked = torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
-            generated[active.cpu(), step] = tokens.cpu()
-            logprobs[active.cpu(), step] = picked.cpu()
-            running = ~torch.isin(tokens, eos)
-            if step == sampling.max_tokens - 1 or not running.any():
+                tokens = gumbel_sample(scaled, row_seed[active], step, sampling.top_k, sampling.top_p, sampling.min_p)
+            generated[active, step] = tokens
+            logprobs[active, step] = torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+            running &= ~torch.isin(tokens, eos)
+            if stop_strings is not None:
+                self._stop_at_strings(stop_strings, generated, active, running, tokens, step)
+            still_running = int(running.sum())
+            if step == sampling.max_tokens - 1 or still_running == 0:
                 break
-            if not running.all():  # stopped rows leave the batch and its cache
+            if len(running) - still_running >= max(1, int(len(running) * _COMPACT_FRACTION)):
                 keep = running.nonzero().squeeze(-1)
-                cache.batch_select_indices(keep)
-                active, tokens, attention = active[keep], tokens[keep], attention[keep]
-                next_position = next_position[keep]
-            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
-            logits = self._forward(tokens[:, None], attention, next_position, cache, device)
-            next_position = next_position + 1
+                cache.keep_rows(keep)
+                active, tokens, positions, running = active[keep], tokens[keep], positions[keep], running[keep]
+            logits = self.decoder.decode(tokens, positions, cache, rotary)
+            positions = positions + 1
+        return generated, logprobs
 
-        self.last_timings = {"prefill_s": prefill_done - start, "decode_s": time.perf_counter() - prefill_done}
-        repeated_ids = prompt_ids.repeat_interleave(samples, dim=0)
-        repeated_mask = prompt_mask.repeat_interleave(samples, dim=0)
-        return to_trajectories(
-            repeated_ids, repeated_mask, generated, logprobs, samples, self.eos_token_ids, self.pad_token_id
-        )
-
-    def _forward(self, input_ids, attention_mask, position_ids, cache: DynamicCache, device) -> torch.Tensor:
-        """Logits [B, V] (float32) of the last position, extending `cache`."""
-        output = self.model(
-            input_ids=input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            position_ids=position_ids.to(device),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        return output.logits[:, -1].float()
+    @staticmethod
+    def _stop_at_strings(stop_strings: StopStrings, generated, active, running, tokens, step: int) -> None:
+        """Clear `running` for the cache rows whose newest token completed a stop string."""
+        candidates = running & stop_strings.could_complete(tokens).to(running.device)
+        for cache_row in candidates.nonzero().flatten().tolist():
+            if stop_strings.completed(generated[active[cache_row], : step + 1].tolist()):
+                running[cache_row] = False
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         load_weights(self.model, named_tensors)
 
     def sleep(self) -> None:
-        """Nothing to free: the KV cache lives for one `generate` call."""
+        """Nothing to free: the key/value cache lives for one `generate` call."""
 
     def wake(self) -> None:
         """Nothing to restore."""

@@ -8,6 +8,8 @@ response whether it is generated alone, in a batch of 512, or on another data-pa
 
 from __future__ import annotations
 
+import math
+
 import torch
 from transformers import LogitsProcessor
 
@@ -54,9 +56,14 @@ def uniform_noise(seeds: torch.Tensor, step: int, vocab_size: int) -> torch.Tens
     return (bits.float() + 0.5) / float(1 << 24)
 
 
-def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """Set to -inf every logit outside the top_k largest (0 = off) and outside the smallest set whose
-    probability reaches top_p (1 = off). logits [B, V] float, already temperature-scaled."""
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> torch.Tensor:
+    """Set to -inf every logit whose probability is below min_p times the most likely token's (0 = off), outside
+    the top_k largest (0 = off), or outside the smallest set whose probability reaches top_p (1 = off).
+    logits [B, V] float, already temperature-scaled."""
+    if min_p > 0:
+        # p_i < min_p * p_max  <=>  logit_i < logit_max + log(min_p)
+        floor = logits.max(dim=-1, keepdim=True).values + math.log(min_p)
+        logits = logits.masked_fill(logits < floor, float("-inf"))
     if top_k and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -74,25 +81,31 @@ class SeededGumbelSampler(LogitsProcessor):
     """Turns greedy decoding into seeded sampling: returns filtered logits / T plus Gumbel noise, so the
     argmax that greedy `generate` takes is a sample. `seeds` [B] int64 are the rows' seeds."""
 
-    def __init__(self, seeds: torch.Tensor, prompt_length: int, temperature: float, top_k: int, top_p: float):
+    def __init__(
+        self, seeds: torch.Tensor, prompt_length: int, temperature: float, top_k: int, top_p: float, min_p: float = 0.0
+    ):
         self.seeds = seeds
         self.prompt_length = prompt_length
-        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.temperature, self.top_k, self.top_p, self.min_p = temperature, top_k, top_p, min_p
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         step = input_ids.shape[1] - self.prompt_length
         seeds = self.seeds.to(scores.device)
-        return gumbel_perturbed(scores.float() / self.temperature, seeds, step, self.top_k, self.top_p)
+        return gumbel_perturbed(scores.float() / self.temperature, seeds, step, self.top_k, self.top_p, self.min_p)
 
 
-def gumbel_perturbed(scaled_logits: torch.Tensor, seeds: torch.Tensor, step: int, top_k: int, top_p: float):
+def gumbel_perturbed(
+    scaled_logits: torch.Tensor, seeds: torch.Tensor, step: int, top_k: int, top_p: float, min_p: float = 0.0
+) -> torch.Tensor:
     """Filtered temperature-scaled logits [B, V] plus each row's Gumbel noise at decoding `step`: their
     argmax is the row's sample."""
-    logits = filter_logits(scaled_logits, top_k, top_p)
+    logits = filter_logits(scaled_logits, top_k, top_p, min_p)
     uniform = uniform_noise(seeds, step, scaled_logits.shape[-1])
     return logits - torch.log(-torch.log(uniform))
 
 
-def gumbel_sample(scaled_logits: torch.Tensor, seeds: torch.Tensor, step: int, top_k: int, top_p: float):
+def gumbel_sample(
+    scaled_logits: torch.Tensor, seeds: torch.Tensor, step: int, top_k: int, top_p: float, min_p: float = 0.0
+) -> torch.Tensor:
     """The sampled token of each row [B] (see `gumbel_perturbed`)."""
-    return gumbel_perturbed(scaled_logits, seeds, step, top_k, top_p).argmax(-1)
+    return gumbel_perturbed(scaled_logits, seeds, step, top_k, top_p, min_p).argmax(-1)

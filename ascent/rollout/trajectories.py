@@ -14,6 +14,8 @@ class SamplingParams:
     temperature: float = 1.0  # 0 = greedy
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
+    min_p: float = 0.0  # 0 = off
+    stop: tuple[str, ...] = ()  # a response ends at the token that completes one of these strings
     samples_per_prompt: int = 1
     seed: int = 0
 

@@ -289,6 +289,8 @@ class RLTrainer:
             temperature=rollout.val_temperature,
             top_p=rollout.top_p,
             top_k=rollout.top_k,
+            min_p=rollout.min_p,
+            stop=tuple(rollout.stop),
             samples_per_prompt=rollout.val_samples_per_prompt,
             seed=self.config.trainer.seed,
         )
@@ -304,6 +306,8 @@ class RLTrainer:
             temperature=rollout.temperature,
             top_p=rollout.top_p,
             top_k=rollout.top_k,
+            min_p=rollout.min_p,
+            stop=tuple(rollout.stop),
             samples_per_prompt=rollout.samples_per_prompt,
             seed=self.config.trainer.seed * 1_000_003 + step + 100_003 * generation_round,
         )

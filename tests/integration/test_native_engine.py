@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
 from ascent.rollout.hf import HFRolloutEngine
 from ascent.rollout.native import NativeRolloutEngine
@@ -56,6 +57,22 @@ def test_stopped_rows_leave_the_batch_with_the_right_finish_reasons(engines, pro
             assert length == sampling.max_tokens and stop_token not in row.tolist()
 
 
+def test_stop_strings_end_rows_the_same_way_in_both_engines(engines, prompts, tokenizer):
+    _, native, hf = engines
+    sampling = SamplingParams(max_tokens=16, temperature=1.0, min_p=0.05, samples_per_prompt=4, seed=2)
+    free_run = hf.generate(prompts, sampling)
+    stop = tokenizer.decode(free_run.response_ids[1, 3:5])  # two characters one sample writes early
+    sampling.stop = (stop,)
+    ours, reference = native.generate(prompts, sampling), hf.generate(prompts, sampling)
+    assert_same_output(ours, reference)
+    responses = [row[:length].tolist() for row, length in zip(ours.response_ids, ours.response_lengths, strict=True)]
+    assert any(tokenizer.decode(response).endswith(stop) for response in responses)
+    for response, reason in zip(responses, ours.finish_reasons, strict=True):
+        assert stop not in tokenizer.decode(response[:-1])  # nothing before the end completes it
+        if tokenizer.decode(response).endswith(stop):
+            assert reason == "stop"
+
+
 def test_sampled_logprobs_equal_the_policys_recomputed_logprobs(make_policy, prompts):
     policy = make_policy("rollout.engine=native", "rollout.temperature=0.7")
     sampling = SamplingParams(max_tokens=16, temperature=0.7, samples_per_prompt=4, seed=1)
@@ -81,6 +98,35 @@ def test_sampling_is_reproducible_and_independent_of_the_batch(engines, prompts)
     assert whole.response_ids.tolist() == again.response_ids.tolist()
     width = alone.response_ids.shape[1]
     assert whole.response_ids[4:6, :width].tolist() == alone.response_ids.tolist()
+
+
+ARCHITECTURES = {
+    "qwen2 (biases)": (Qwen2Config, {}),
+    "qwen3 (query/key norms)": (Qwen3Config, {"head_dim": 16}),
+    "mistral (sliding window 5)": (MistralConfig, {"sliding_window": 5}),
+    "llama (llama3 rope scaling)": (
+        LlamaConfig,
+        {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 16}},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("architecture", list(ARCHITECTURES))
+def test_each_supported_architecture_decodes_like_its_own_forward(architecture, tokenizer, prompts):
+    config_class, extra = ARCHITECTURES[architecture]
+    config = config_class(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **extra,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    for sampling in (
+        SamplingParams(max_tokens=12, temperature=0.0),
+        SamplingParams(max_tokens=12, temperature=1.0, samples_per_prompt=2, seed=4),
+    ):
+        ours = NativeRolloutEngine(model, tokenizer).generate(prompts, sampling)
+        assert_same_output(ours, HFRolloutEngine(model, tokenizer).generate(prompts, sampling))
 
 
 def test_an_unsupported_architecture_names_the_fallback(tokenizer):

@@ -213,6 +213,8 @@ def test_unknown_tiny_preset_lists_the_presets():
         ("trainer.steps=0", "trainer.steps must be > 0"),
         ("optim.lr=-0.1", "optim.lr must be > 0"),
         ("rollout.top_p=1.5", "rollout.top_p must be in [0, 1], got 1.5"),
+        ("rollout.min_p=-0.1", "rollout.min_p must be in [0, 1], got -0.1"),
+        ("rollout.stop=['</answer>', '']", "rollout.stop must be a list of non-empty strings"),
         ("optim.betas=[0.9]", "optim.betas must be two numbers"),
         ("trainer.device=gpu", "trainer.device='gpu'"),
         ("algorithm.dual_clip=0.5", "algorithm.dual_clip must be > 1 (3 is usual) or 0"),

@@ -30,6 +30,15 @@ def test_filters_keep_the_top_k_and_the_top_p_nucleus():
     assert set(picks.tolist()) == {0, 1}
 
 
+def test_min_p_drops_tokens_below_a_fraction_of_the_most_likely():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    # threshold 0.4 * 0.5 = 0.2: only 0.5 and 0.3 stay; at 0.2 the threshold is 0.1 and 0.15 stays too
+    assert torch.isinf(filter_logits(logits, min_p=0.4)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_logits(logits, min_p=0.2)).tolist() == [[False, False, False, True]]
+    # applied to the temperature-scaled distribution: at T=0.5 probabilities become p^2 / sum, so 0.15 falls out
+    assert torch.isinf(filter_logits(logits / 0.5, min_p=0.2)).tolist() == [[False, False, True, True]]
+
+
 def test_noise_is_a_pure_function_of_seed_step_and_vocabulary_index():
     seeds = row_seeds([7, 8], samples_per_prompt=3)
     assert len(set(seeds.tolist())) == 6  # every sample of every prompt has its own stream
