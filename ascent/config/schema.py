@@ -169,6 +169,9 @@ class TrainerConfig:
     save_final_model: bool = True  # write a Hugging Face directory to <output_dir>/final at the end
     save_every: int = 0  # checkpoint every N steps and after the last (0 = never); <output_dir>/checkpoints/step_N
     keep_last: int = 0  # keep the newest N checkpoints (0 = all)
+    keep_best: str = ""  # also keep the saved checkpoint with the best value of this metric (e.g. val/accuracy)
+    keep_best_mode: str = "max"  # max | min: which value of `keep_best` is best
+    save_optimizer: bool = True  # False: smaller checkpoints, but a resumed run starts with a fresh optimizer
     resume: str = "auto"  # auto: continue from the newest checkpoint in output_dir, if any | never | a checkpoint dir
 
 

@@ -27,6 +27,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "optim.lr_schedule": ("constant", "linear", "cosine"),
     "trainer.backend": ("local", "ray"),
+    "trainer.keep_best_mode": ("max", "min"),
     "fsdp.param_dtype": ("auto", "float32", "bfloat16"),
     "data.synthetic.name": ("arithmetic",),
 }  # fmt: skip
@@ -41,6 +42,7 @@ def validate_config(config: Config) -> None:
     _check_ranges(config)
     _check_data(config)
     _check_backend(config)
+    _check_checkpoints(config)
     derive_schedule(config)  # raises on batch sizes that do not divide
 
 
@@ -173,6 +175,16 @@ def _check_ranges(config: Config) -> None:
         raise ConfigError(
             f"algorithm.{reason} compares samples of the same prompt, so rollout.samples_per_prompt must be >= 2 "
             f"(got {rollout.samples_per_prompt}); 8 is a common choice."
+        )
+
+
+def _check_checkpoints(config: Config) -> None:
+    trainer = config.trainer
+    if trainer.keep_best and not trainer.save_every:
+        raise ConfigError(
+            f"trainer.keep_best={trainer.keep_best!r} keeps the best of the saved checkpoints, but "
+            "trainer.save_every=0 saves none: set trainer.save_every (for a val/ metric, a multiple of "
+            "trainer.val_every)."
         )
 
 

@@ -21,7 +21,7 @@ from ascent.data.records import PromptRecord
 from ascent.data.sampler import PromptSampler
 from ascent.rewards.manager import ScoredBatch
 from ascent.rollout.trajectories import SamplingParams, Trajectories, concat_trajectories
-from ascent.trainer.checkpoint import load_checkpoint, resume_point, save_checkpoint
+from ascent.trainer.checkpoint import better, load_checkpoint, resume_point, save_checkpoint, write_best
 from ascent.trainer.setup import build_components
 from ascent.trainer.tracking import MetricsLogger, prepare_run_dir, timed
 from ascent.trainer.validation import decode_responses, is_validation_step, reward_metrics, validate
@@ -43,6 +43,7 @@ class RLTrainer:
         self.controllers = ControllerState(kl_coef=algorithm.kl.coef, entropy_coef=algorithm.entropy.coef)
         self.history: list[dict[str, float]] = []
         self.resumed_step = 0
+        self.best: dict[str, float] = {}  # trainer.keep_best: {"step", "value"} of the best checkpoint so far
         try:
             resume_from = resume_point(config, self.run_dir)
             if resume_from is not None:
@@ -55,16 +56,28 @@ class RLTrainer:
         """The roles whose state changes during the run; the reference stays the initial model."""
         return {role: group for role, group in (("policy", self.policy), ("critic", self.critic)) if group is not None}
 
-    def save(self, step: int) -> None:
-        state = {"sampler": self.sampler.state_dict(), "controllers": dataclasses.asdict(self.controllers)}
-        path = save_checkpoint(self.run_dir, step, self.trained_groups(), state, self.config)
-        logger.info("checkpoint %s", path)
+    def save(self, step: int, metrics: dict[str, float]) -> None:
+        trainer = self.config.trainer
+        value = metrics.get(trainer.keep_best)
+        improved = value is not None and better(value, self.best.get("value"), trainer.keep_best_mode)
+        if improved:
+            self.best = {"step": step, "value": value}
+        state = {
+            "sampler": self.sampler.state_dict(),
+            "controllers": dataclasses.asdict(self.controllers),
+            "best": self.best,
+        }
+        path = save_checkpoint(self.run_dir, step, self.trained_groups(), state, self.config, self.best.get("step"))
+        if improved:
+            write_best(self.run_dir, step, trainer.keep_best, value)
+        logger.info("checkpoint %s%s", path, f" (best {trainer.keep_best}={value:.4g})" if improved else "")
 
     def restore(self, path: Path) -> None:
         """Continue from the checkpoint at `path`: workers, data position, controllers, RNG, step."""
         state = load_checkpoint(path, self.trained_groups(), self.config)
         self.sampler.load_state_dict(state["sampler"])
         self.controllers = ControllerState(**state["controllers"])
+        self.best = state.get("best", {})
         self.resumed_step = state["step"]
         logger.info("resumed from %s (step %d)", path, self.resumed_step)
 
@@ -96,7 +109,7 @@ class RLTrainer:
                 metrics |= self.validate()
             self._log(metrics_logger, step, metrics)
             if trainer.save_every and (step % trainer.save_every == 0 or step == trainer.steps):
-                self.save(step)
+                self.save(step, metrics)
         metrics_logger.close()
         if trainer.save_final_model:
             self.policy.call("save_pretrained", self.run_dir / "final")

@@ -37,6 +37,7 @@ class CriticWorker:
         value_model = build_value_model(path, tokenizer, model.dtype, config.trainer.seed, model.trust_remote_code)
         value_model = value_model.to(device).train()
         self.model = shard_model(value_model, config.fsdp, device) if world_size() > 1 else value_model
+        self.save_optimizer = config.trainer.save_optimizer
         self.optim = dataclasses.replace(config.optim, lr=config.critic.lr)
         self.optimizer = build_optimizer(self.model, self.optim)
         self.scheduler = build_lr_scheduler(self.optimizer, self.optim, total_steps)
@@ -78,7 +79,8 @@ class CriticWorker:
             self.model.save(directory, state)
 
     def save_checkpoint(self, directory: str | Path) -> None:
-        save_training_state(Path(directory), self.model, self.optimizer, {"scheduler": self.scheduler.state_dict()})
+        optimizer = self.optimizer if self.save_optimizer else None
+        save_training_state(Path(directory), self.model, optimizer, {"scheduler": self.scheduler.state_dict()})
 
     def load_checkpoint(self, directory: str | Path) -> None:
         extra, _ = load_training_state(Path(directory), self.model, self.optimizer)

@@ -8,6 +8,7 @@ training state in a layout that any number of ranks can read.
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,8 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from ascent.config.schema import FSDPConfig
+
+logger = logging.getLogger(__name__)
 
 
 def world_size() -> int:
@@ -103,37 +106,43 @@ def full_parameters_in_buckets(model: torch.nn.Module, bucket_bytes: int) -> Ite
 def save_training_state(
     directory: Path,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | None,
     extra: dict,
     rank_state: dict | None = None,
 ) -> None:
-    """Model and optimizer with torch.distributed.checkpoint (each rank writes its shards; a plain module
-    writes whole tensors), plus `extra` (scheduler, counters: the same on every rank) from rank 0, and each
-    rank's RNG state with its own `rank_state` (e.g. a random stream of its own). The files load into any
-    number of ranks, sharded or not (`load_training_state`)."""
+    """Model and optimizer (None: the model only) with torch.distributed.checkpoint (each rank writes its shards;
+    a plain module writes whole tensors), plus `extra` (scheduler, counters: the same on every rank) from rank 0,
+    and each rank's RNG state with its own `rank_state` (e.g. a random stream of its own). The files load into
+    any number of ranks, sharded or not (`load_training_state`)."""
     with _single_process_is_intended():
         dcp.save(_model_and_optimizer_state(model, optimizer), checkpoint_id=directory, no_dist=world_size() == 1)
     if rank() == 0:
-        torch.save(extra, directory / "worker_state.pt")
+        torch.save({**extra, "optimizer_saved": optimizer is not None}, directory / "worker_state.pt")
     torch.save({"rng": _rng_state(), "rank_state": rank_state or {}}, directory / f"rng_rank{rank()}.pt")
 
 
 def load_training_state(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
     """Restore what `save_training_state` wrote, resharded to this world; returns `extra` and this rank's
     `rank_state` (empty for a rank that had no counterpart when the checkpoint was written: it keeps its
-    RNG state)."""
-    state = _model_and_optimizer_state(model, optimizer)
+    RNG state). A checkpoint saved without its optimizer leaves `optimizer` as it is (fresh), with a warning."""
+    extra = torch.load(directory / "worker_state.pt", weights_only=False)
+    optimizer_saved = extra.pop("optimizer_saved", True)
+    if not optimizer_saved and rank() == 0:
+        logger.warning("%s holds no optimizer state (trainer.save_optimizer=false): the optimizer starts fresh",
+                       directory)  # fmt: skip
+    state = _model_and_optimizer_state(model, optimizer if optimizer_saved else None)
     with _single_process_is_intended():
         dcp.load(state, checkpoint_id=directory, no_dist=world_size() == 1)
     set_model_state_dict(model, state["model"])
-    set_optimizer_state_dict(model, optimizer, state["optimizer"])
+    if optimizer_saved:
+        set_optimizer_state_dict(model, optimizer, state["optimizer"])
     rank_state = {}
     rng_file = directory / f"rng_rank{rank()}.pt"
     if rng_file.exists():
         saved = torch.load(rng_file, weights_only=False)
         _set_rng_state(saved["rng"])
         rank_state = saved["rank_state"]
-    return torch.load(directory / "worker_state.pt", weights_only=False), rank_state
+    return extra, rank_state
 
 
 @contextlib.contextmanager
@@ -144,8 +153,10 @@ def _single_process_is_intended() -> Iterator[None]:
         yield
 
 
-def _model_and_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+def _model_and_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
     # Keys are parameter names, not optimizer indices, so the layout does not depend on how the model is sharded.
+    if optimizer is None:
+        return {"model": get_model_state_dict(model)}
     return {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer)}
 
 

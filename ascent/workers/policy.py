@@ -206,7 +206,8 @@ class PolicyWorker:
         extra = {"scheduler": self.scheduler.state_dict(), "policy_version": self.policy_version}
         generator = self.policy_loss.keywords.get("generator")  # clip-cov's token selection, one stream per rank
         rank_state = {"loss_generator": generator.get_state()} if generator is not None else {}
-        save_training_state(Path(directory), self.model, self.optimizer, extra, rank_state)
+        optimizer = self.optimizer if self.config.trainer.save_optimizer else None
+        save_training_state(Path(directory), self.model, optimizer, extra, rank_state)
 
     def load_checkpoint(self, directory: str | Path) -> None:
         """Restore `save_checkpoint`'s state (written by any number of ranks); the rollout engine gets the weights."""
