@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/rollout_throughput.py            # demo model and the 25M model
     .venv/bin/python benchmarks/rollout_throughput.py --quick    # demo model only
+    .venv-vllm/bin/python benchmarks/rollout_throughput.py       # vLLM too (`make test-vllm` builds that venv)
 
 Batch: 64 prompts (the demo's two-digit additions) x 8 samples, 128 response tokens, temperature 1.0,
 seeded. The models are randomly initialised presets (`tiny:llama`, the demo's shape, 1M parameters;
@@ -36,6 +37,18 @@ def tokens_per_second(engine, prompts: list[list[int]], repeats: int) -> float:
     return statistics.median(rates)
 
 
+def engines(model, tokenizer, skipped: set[str]):
+    """(name, engine) for every engine this environment can run: vLLM only where it is installed."""
+    for name, engine_class in ROLLOUT_ENGINES.items():
+        if name in skipped:
+            continue
+        try:
+            yield name, engine_class(model, tokenizer)
+        except ImportError as error:
+            print(f"  ({name} skipped: {str(error).splitlines()[0]})")
+            skipped.add(name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the demo model only")
@@ -46,14 +59,17 @@ def main() -> None:
     prompts = [tokenizer(question, add_special_tokens=False)["input_ids"] for question in questions]
     models = ["tiny:llama"] if arguments.quick else ["tiny:llama", "tiny:llama-25m"]
     print(f"generated tokens/s, 64 prompts x 8 samples x 128 tokens, {torch.get_num_threads()} threads")
-    print(f"  {'model':<16}{'params':>8}" + "".join(f"{name:>12}" for name in ROLLOUT_ENGINES) + f"{'native/hf':>12}")
-    speedups = {}
+    header = f"  {'model':<16}{'params':>8}"
+    speedups, skipped = {}, set()
     for path in models:
         model = build_model(path, tokenizer, "float32", seed=0).eval()
-        rates = {name: tokens_per_second(engine(model, tokenizer), prompts, arguments.repeats)
-                 for name, engine in ROLLOUT_ENGINES.items()}  # fmt: skip
+        running = engines(model, tokenizer, skipped)
+        rates = {name: tokens_per_second(engine, prompts, arguments.repeats) for name, engine in running}
         speedups[path] = rates["native"] / rates["hf"]
         params = sum(p.numel() for p in model.parameters()) / 1e6
+        if header:
+            print(header + "".join(f"{name:>12}" for name in rates) + f"{'native/hf':>12}")
+            header = ""
         cells = "".join(f"{rate:>12.0f}" for rate in rates.values())
         print(f"  {path:<16}{params:>7.1f}M{cells}{speedups[path]:>12.2f}")
     print(f"speedup native/hf: {speedups['tiny:llama']:.2f}")

@@ -50,7 +50,7 @@ class ModelConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: str = "native"  # native: the lean in-process decode loop | hf: transformers generate (the reference)
+    engine: str = "native"  # native: lean in-process decode loop | hf: transformers generate (the reference) | vllm
     samples_per_prompt: int = 8
     max_response_tokens: int = 256
     temperature: float = 1.0

@@ -12,7 +12,7 @@ from ascent.models.presets import TINY_PRESETS
 
 # Names the library implements. tests/unit/test_config.py pins these to the registries themselves.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "rollout.engine": ("hf", "native"),
+    "rollout.engine": ("hf", "native", "vllm"),
     "algorithm.advantage_estimator": (
         "grpo", "rloo", "opo", "gpg", "grpo_passk", "gae", "reinforce_pp", "reinforce_pp_baseline", "remax",
     ),

@@ -10,6 +10,7 @@ import torch
 from ascent.rollout.hf import HFRolloutEngine
 from ascent.rollout.native import NativeRolloutEngine
 from ascent.rollout.trajectories import SamplingParams, Trajectories
+from ascent.rollout.vllm_engine import VLLMRolloutEngine  # imports vllm only when an engine is built
 
 
 class RolloutEngine(Protocol):
@@ -33,7 +34,7 @@ class RolloutEngine(Protocol):
     def wake(self) -> None: ...
 
 
-ROLLOUT_ENGINES = {"hf": HFRolloutEngine, "native": NativeRolloutEngine}
+ROLLOUT_ENGINES = {"hf": HFRolloutEngine, "native": NativeRolloutEngine, "vllm": VLLMRolloutEngine}
 
 
 def build_rollout_engine(name: str, model: torch.nn.Module, tokenizer) -> RolloutEngine:

@@ -108,7 +108,11 @@ class PolicyWorker:
     def generate(
         self, prompt_token_ids: list[list[int]], sampling: SamplingParams, prompt_seeds: list[int] | None = None
     ) -> Trajectories:
-        trajectories = self.engine.generate(prompt_token_ids, sampling, prompt_seeds)
+        self.engine.wake()  # an engine that frees memory between rollouts (vLLM on GPU) gets it back
+        try:
+            trajectories = self.engine.generate(prompt_token_ids, sampling, prompt_seeds)
+        finally:
+            self.engine.sleep()
         trajectories.policy_version = self.policy_version
         return trajectories
 

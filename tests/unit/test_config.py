@@ -198,7 +198,8 @@ def test_grpo_needs_more_than_one_sample_per_prompt():
 
 
 def test_bad_choice_suggests_the_nearest_option():
-    assert "rollout.engine='hff' is not one of: hf, native. Did you mean 'hf'?" in config_error("rollout.engine=hff")
+    message = config_error("rollout.engine=hff")
+    assert "rollout.engine='hff' is not one of: hf, native, vllm. Did you mean 'hf'?" in message
     assert "Did you mean 'float32'?" in config_error("model.dtype=float")
 
 
