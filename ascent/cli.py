@@ -1,4 +1,4 @@
-"""`ascent train | sft`: command-line entry points. Imports torch only after the config is valid."""
+"""`ascent train | sft | view | export`: command-line entry points. Imports torch only after the config is valid."""
 
 from __future__ import annotations
 
@@ -22,11 +22,40 @@ def _parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=text, epilog=USAGE, formatter_class=argparse.RawTextHelpFormatter)
         command.add_argument("args", nargs="+", metavar="CONFIG.yaml | key=value", help="config files, then overrides")
         command.add_argument("--dry-run", action="store_true", help="print the resolved config and schedule and exit")
+    _add_view_parser(commands)
+    export = commands.add_parser(
+        "export",
+        help="write a run's policy as a verified Hugging Face directory",
+        description="Write the policy of a checkpoint (or of a run's newest checkpoint, or its final/ model) as a "
+        "Hugging Face directory: safetensors, config, tokenizer, generation config. The export is reloaded with "
+        "from_pretrained and its logits are compared with the trained weights'; a mismatch fails the export.",
+    )
+    export.add_argument("source", metavar="RUN_OR_CHECKPOINT", help="a run directory or a checkpoints/step_N directory")
+    export.add_argument("out_dir", metavar="OUT_DIR", help="a new (or empty) directory")
     return parser
+
+
+def _add_view_parser(commands) -> None:
+    view = commands.add_parser(
+        "view",
+        help="write a run's HTML report and serve it",
+        description="Write RUN_DIR/report.html (metric curves and a rollout browser, one self-contained file) and "
+        "serve RUN_DIR on localhost; with --out or --no-serve, only write it.",
+    )
+    view.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (trainer.output_dir)")
+    view.add_argument("--out", metavar="FILE", help="write the report here instead, and do not serve it")
+    view.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (default 8000; 0 = any free one)")
+    view.add_argument("--no-serve", action="store_true", help="only write the report")
+    view.add_argument("--max-samples-per-step", type=int, metavar="N", help="rollout samples kept per step (64)")
+    view.add_argument("--max-rollout-steps", type=int, metavar="N", help="steps whose rollouts are kept (100)")
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
+    if arguments.command == "view":
+        return _view(arguments)
+    if arguments.command == "export":
+        return _export(arguments)
     files = [arg for arg in arguments.args if "=" not in arg]
     overrides = [arg for arg in arguments.args if "=" in arg]
     try:
@@ -66,6 +95,37 @@ def _run(command: str, config) -> int:
             hint = f"\nContinue from its newest checkpoint: ascent train {config.trainer.output_dir}/config.yaml"
         print(f"ascent: a worker failed: {error}{hint}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _export(arguments) -> int:
+    from ascent.export import ExportError, export
+
+    try:
+        path = export(arguments.source, arguments.out_dir)
+    except (ExportError, ConfigError) as error:
+        print(f"ascent: export failed: {error}", file=sys.stderr)
+        return 1
+    print(f"exported to {path} (reloaded with from_pretrained; its logits match the checkpoint's weights)")
+    return 0
+
+
+def _view(arguments) -> int:
+    from ascent.report import REPORT_FILE, serve, write_report
+
+    limits = {"max_samples_per_step": arguments.max_samples_per_step, "max_rollout_steps": arguments.max_rollout_steps}
+    try:
+        path = write_report(arguments.run_dir, arguments.out, **{k: v for k, v in limits.items() if v is not None})
+    except (FileNotFoundError, ValueError) as error:
+        print(f"ascent: {error}", file=sys.stderr)
+        return 2
+    print(f"report written to {path}", flush=True)
+    if arguments.out is None and not arguments.no_serve:
+        try:
+            serve(arguments.run_dir, REPORT_FILE, arguments.port)
+        except OSError as error:
+            print(f"ascent: {error}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -173,6 +173,13 @@ class TrainerConfig:
     keep_best_mode: str = "max"  # max | min: which value of `keep_best` is best
     save_optimizer: bool = True  # False: smaller checkpoints, but a resumed run starts with a fresh optimizer
     resume: str = "auto"  # auto: continue from the newest checkpoint in output_dir, if any | never | a checkpoint dir
+    # Console and <output_dir>/metrics.jsonl always; plus any of tensorboard | wandb | mlflow (pip install
+    # ascent[tracking]). W&B reads WANDB_MODE (offline: no account needed), WANDB_ENTITY, WANDB_DIR.
+    loggers: list[str] = field(default_factory=list)
+    project: str = "ascent"  # the W&B project and the MLflow experiment
+    mlflow_tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///<output_dir>/mlflow.db
+    log_rollouts_every: int = 10  # write <output_dir>/rollouts/step_N.jsonl every N steps, the first and last (0 = off)
+    log_rollouts_max: int = 64  # samples per rollouts file (whole groups first)
 
 
 @dataclass

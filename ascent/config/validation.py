@@ -32,6 +32,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.synthetic.name": ("arithmetic",),
 }  # fmt: skip
 
+# trainer.loggers: experiment trackers besides the console and metrics.jsonl, which are always on.
+# tests/unit/test_tracking.py pins these to ascent.trainer.trackers.TRACKERS.
+TRACKERS = ("tensorboard", "wandb", "mlflow")
+
 # Estimators that compare the samples of one prompt, and so need several samples per prompt.
 GROUP_ESTIMATORS = ("grpo", "rloo", "opo", "gpg", "grpo_passk", "reinforce_pp_baseline")
 
@@ -67,6 +71,21 @@ def _check_choices(config: Config) -> None:
         raise ConfigError(f"model.path={config.model.path!r} is not a built-in preset ({names}).")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", config.trainer.device):
         raise ConfigError(f"trainer.device={config.trainer.device!r} must be auto, cpu, cuda or cuda:N.")
+    _check_loggers(config.trainer.loggers)
+
+
+def _check_loggers(loggers: list[str]) -> None:
+    for name in loggers:
+        if name in ("console", "jsonl", "metrics.jsonl"):
+            raise ConfigError(
+                f"trainer.loggers: {name!r} is always on; list only extra trackers ({', '.join(TRACKERS)})."
+            )
+        if name not in TRACKERS:
+            close = difflib.get_close_matches(str(name), TRACKERS, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(f"trainer.loggers: {name!r} is not one of: {', '.join(TRACKERS)}.{hint}")
+    if len(set(loggers)) < len(loggers):
+        raise ConfigError(f"trainer.loggers={loggers} names a tracker twice.")
 
 
 def _positive(key: str, value: float, allow_zero: bool = False) -> None:
@@ -93,6 +112,7 @@ def _check_ranges(config: Config) -> None:
         ("optim.lr", optim.lr),
         ("data.max_prompt_tokens", config.data.max_prompt_tokens),
         ("sft.batch_size", config.sft.batch_size),
+        ("trainer.log_rollouts_max", trainer.log_rollouts_max),
     ]:
         _positive(key, value)
     for key, value in [
@@ -114,6 +134,7 @@ def _check_ranges(config: Config) -> None:
         ("trainer.val_max_prompts", trainer.val_max_prompts),
         ("trainer.save_every", trainer.save_every),
         ("trainer.keep_last", trainer.keep_last),
+        ("trainer.log_rollouts_every", trainer.log_rollouts_every),
     ]:
         _positive(key, value, allow_zero=True)
     for key, value in [

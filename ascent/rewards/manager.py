@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from numbers import Real
 
 from ascent.data.records import PromptRecord
@@ -18,12 +18,37 @@ logger = logging.getLogger(__name__)
 class ScoredBatch:
     scores: list[float]
     components: dict[str, list[float]]  # named parts of dict results; NaN where a sample did not report it
-    failed: list[bool]  # True where the reward function raised or returned something unusable
-    error_counts: dict[str, int] = field(default_factory=dict)  # by exception type
+    errors: list[str | None]  # the exception type where the reward function raised or returned something unusable
+
+    @property
+    def failed(self) -> list[bool]:
+        return [error is not None for error in self.errors]
 
     @property
     def num_errors(self) -> int:
         return sum(self.failed)
+
+    @property
+    def error_counts(self) -> dict[str, int]:
+        """Failed samples by exception type."""
+        counts: dict[str, int] = {}
+        for error in self.errors:
+            if error is not None:
+                counts[error] = counts.get(error, 0) + 1
+        return counts
+
+    def sample_components(self, row: int) -> dict[str, float]:
+        """Sample `row`'s score and the named components it reported."""
+        parts = {name: values[row] for name, values in sorted(self.components.items()) if not math.isnan(values[row])}
+        return {"score": self.scores[row], **parts}
+
+    def select(self, rows: list[int]) -> ScoredBatch:
+        """The samples at `rows`, in that order."""
+        return ScoredBatch(
+            scores=[self.scores[row] for row in rows],
+            components={name: [values[row] for row in rows] for name, values in self.components.items()},
+            errors=[self.errors[row] for row in rows],
+        )
 
     @staticmethod
     def concat(batches: list[ScoredBatch]) -> ScoredBatch:
@@ -33,15 +58,10 @@ class ScoredBatch:
             name: [v for batch in batches for v in batch.components.get(name, [math.nan] * len(batch.scores))]
             for name in names
         }
-        error_counts: dict[str, int] = {}
-        for batch in batches:
-            for kind, count in batch.error_counts.items():
-                error_counts[kind] = error_counts.get(kind, 0) + count
         return ScoredBatch(
             scores=[score for batch in batches for score in batch.scores],
             components=components,
-            failed=[failed for batch in batches for failed in batch.failed],
-            error_counts=error_counts,
+            errors=[error for batch in batches for error in batch.errors],
         )
 
 
@@ -60,15 +80,10 @@ class RewardManager:
     def score(self, responses: list[str], records: list[PromptRecord]) -> ScoredBatch:
         results = [self._score_one(response, record) for response, record in zip(responses, records, strict=True)]
         names = sorted({name for parts, _, _ in results for name in parts})
-        error_counts: dict[str, int] = {}
-        for _, _, error in results:
-            if error:
-                error_counts[error] = error_counts.get(error, 0) + 1
         return ScoredBatch(
             scores=[score for _, score, _ in results],
             components={name: [parts.get(name, math.nan) for parts, _, _ in results] for name in names},
-            failed=[error is not None for _, _, error in results],
-            error_counts=error_counts,
+            errors=[error for _, _, error in results],
         )
 
     def _score_one(self, response: str, record: PromptRecord) -> tuple[dict[str, float], float, str | None]:

@@ -44,7 +44,8 @@ _STEP_DIR = re.compile(r"step_(\d+)")
 # Keys a resumed run may change: how long and where it runs, not what it computes.
 RESUMABLE_CHANGES = {
     "trainer.steps", "trainer.resume", "trainer.save_every", "trainer.keep_last", "trainer.output_dir",
-    "trainer.keep_best", "trainer.keep_best_mode", "trainer.save_optimizer",
+    "trainer.keep_best", "trainer.keep_best_mode", "trainer.save_optimizer", "trainer.loggers", "trainer.project",
+    "trainer.mlflow_tracking_uri", "trainer.log_rollouts_every", "trainer.log_rollouts_max",
     "trainer.run_name", "trainer.progress_bar", "trainer.val_every", "trainer.val_max_prompts",
     "trainer.save_final_model", "trainer.device", "trainer.backend", "trainer.num_workers", "trainer.nnodes",
     "trainer.gpus_per_node", "trainer.worker_timeout_s", "trainer.weight_sync_bucket_mb", "ray.address",

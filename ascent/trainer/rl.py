@@ -8,6 +8,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -19,10 +20,13 @@ from ascent.config import Config, derive_schedule
 from ascent.controller.worker_group import WorkerGroup
 from ascent.data.records import PromptRecord
 from ascent.data.sampler import PromptSampler
+from ascent.report import write_report_or_warn
 from ascent.rewards.manager import ScoredBatch
 from ascent.rollout.trajectories import SamplingParams, Trajectories, concat_trajectories
 from ascent.trainer.checkpoint import better, load_checkpoint, resume_point, save_checkpoint, write_best
+from ascent.trainer.rollout_log import drop_rollout_samples_after, is_rollout_log_step, log_rollout_samples
 from ascent.trainer.setup import build_components
+from ascent.trainer.trackers import build_trackers
 from ascent.trainer.tracking import MetricsLogger, prepare_run_dir, timed
 from ascent.trainer.validation import decode_responses, is_validation_step, reward_metrics, validate
 from ascent.workers.policy import LossCoefficients
@@ -86,6 +90,7 @@ class RLTrainer:
             self._fit()
         finally:
             self.shutdown()
+            write_report_or_warn(self.run_dir)  # a failed run's report shows how far it got
         self._summarise()
         return self.run_dir
 
@@ -97,20 +102,22 @@ class RLTrainer:
 
     def _fit(self) -> None:
         trainer = self.config.trainer
-        metrics_logger = MetricsLogger(self.run_dir, trainer.steps, trainer.progress_bar, self.resumed_step)
-        self.history = list(metrics_logger.kept)
-        if self.resumed_step >= trainer.steps:
-            logger.info("the checkpoint is at step %d: trainer.steps=%d are done", self.resumed_step, trainer.steps)
-        if self.data.val and not self.resumed_step:
-            self._log(metrics_logger, 0, self.validate())
-        for step in range(self.resumed_step + 1, trainer.steps + 1):
-            metrics = self.train_step(step)
-            if self.data.val and is_validation_step(step, trainer.steps, trainer.val_every):
-                metrics |= self.validate()
-            self._log(metrics_logger, step, metrics)
-            if trainer.save_every and (step % trainer.save_every == 0 or step == trainer.steps):
-                self.save(step, metrics)
-        metrics_logger.close()
+        trackers = build_trackers(self.config, self.run_dir, self.resumed_step)
+        if self.resumed_step:
+            drop_rollout_samples_after(self.run_dir, self.resumed_step)
+        with MetricsLogger(self.run_dir, trainer.steps, trainer.progress_bar, self.resumed_step, trackers) as log:
+            self.history = list(log.kept)
+            if self.resumed_step >= trainer.steps:
+                logger.info("the checkpoint is at step %d: trainer.steps=%d are done", self.resumed_step, trainer.steps)
+            if self.data.val and not self.resumed_step:
+                self._log(log, 0, self.validate(0))
+            for step in range(self.resumed_step + 1, trainer.steps + 1):
+                metrics = self.train_step(step)
+                if self.data.val and is_validation_step(step, trainer.steps, trainer.val_every):
+                    metrics |= self.validate(step)
+                self._log(log, step, metrics)
+                if trainer.save_every and (step % trainer.save_every == 0 or step == trainer.steps):
+                    self.save(step, metrics)
         if trainer.save_final_model:
             self.policy.call("save_pretrained", self.run_dir / "final")
             if self.critic is not None:
@@ -119,12 +126,18 @@ class RLTrainer:
     def train_step(self, step: int) -> dict[str, float]:
         timings: dict[str, float] = {}
         with timed(timings, "step"):
-            batch, records, metrics = self.collect(step, timings)
+            batch, records, metrics, scored = self.collect(step, timings)
             if len(batch):
                 metrics |= self.learn(batch, records, timings)
         if not len(batch):
             logger.warning("step %d: every group scored the same; nothing to train on", step)
             return metrics | timings
+        trainer = self.config.trainer
+        if is_rollout_log_step(step, trainer.steps, trainer.log_rollouts_every):
+            samples = [records[group] for group in batch.group_ids.tolist()]
+            log_rollout_samples(
+                self.run_dir, step, "train", batch, samples, scored, self.tokenizer, trainer.log_rollouts_max
+            )
         return metrics | batch_metrics(batch) | timings | throughput(batch, timings)
 
     def learn(self, batch: Trajectories, records: list[PromptRecord], timings: dict[str, float]) -> dict[str, float]:
@@ -160,7 +173,7 @@ class RLTrainer:
             self.policy.call("sync_rollout_weights")
         return metrics | self.update_controllers(metrics, len(batch))
 
-    def collect(self, step: int, timings: dict[str, float]) -> tuple[Trajectories, list[PromptRecord], dict]:
+    def collect(self, step: int, timings: dict[str, float]) -> Collected:
         """Rollout and score `prompts_per_step` prompts. With a group filter, groups whose rewards are all equal
         are dropped; dynamic sampling (DAPO) then samples further rounds of prompts until `prompts_per_step`
         groups are informative or `max_generation_rounds` is reached, and trains on the first that many.
@@ -169,6 +182,7 @@ class RLTrainer:
         wanted = self.config.trainer.prompts_per_step
         records: list[PromptRecord] = []
         kept: list[Trajectories] = []
+        kept_scored: list[ScoredBatch] = []  # row by row with `kept`
         scored_rounds: list[ScoredBatch] = []
         engine_timings: dict[str, float] = {}
         num_groups = num_informative_groups = 0
@@ -185,16 +199,19 @@ class RLTrainer:
             batch.group_ids = batch.group_ids + len(records)
             records += new_records
             with timed(timings, "score"):
-                scored_rounds.append(self.score(batch, records))
+                scored = self.score(batch, records)
+            scored_rounds.append(scored)
             informative = informative_samples(batch.rewards, batch.group_ids)
             num_groups += len(new_records)
             num_informative_groups += len(batch.group_ids[informative].unique())
             if algorithm.group_filter != "none":
-                batch = batch.select(informative.nonzero().squeeze(-1))
+                rows = informative.nonzero().squeeze(-1)
+                batch, scored = batch.select(rows), scored.select(rows.tolist())
             kept.append(batch)
+            kept_scored.append(scored)
             if algorithm.group_filter != "dynamic" or num_informative_groups >= wanted:
                 break
-        batch = concat_trajectories(kept)
+        batch, scored = concat_trajectories(kept), ScoredBatch.concat(kept_scored)
         if algorithm.group_filter == "dynamic" and num_informative_groups < wanted:
             logger.warning(
                 "step %d: %d of %d groups informative after %d rollout rounds (algorithm.max_generation_rounds); "
@@ -206,13 +223,14 @@ class RLTrainer:
             )
         if algorithm.group_filter == "dynamic":
             first_groups = list(dict.fromkeys(batch.group_ids.tolist()))[:wanted]
-            batch = batch.select(torch.isin(batch.group_ids, torch.tensor(first_groups)).nonzero().squeeze(-1))
+            rows = torch.isin(batch.group_ids, torch.tensor(first_groups)).nonzero().squeeze(-1)
+            batch, scored = batch.select(rows), scored.select(rows.tolist())
         metrics = reward_metrics(ScoredBatch.concat(scored_rounds), "reward") | engine_timings
         metrics["reward/groups_all_equal"] = 1 - num_informative_groups / num_groups
         if algorithm.group_filter != "none":
             metrics["filter/generation_rounds"] = float(generation_round + 1)
             metrics["filter/trained_groups"] = float(len(batch.group_ids.unique()))
-        return batch, records, metrics
+        return Collected(batch, records, metrics, scored)
 
     def score(self, batch: Trajectories, records: list[PromptRecord]) -> ScoredBatch:
         """Set batch.rewards: the reward functions' scores, plus DAPO's overlong penalty when it is on."""
@@ -295,7 +313,8 @@ class RLTrainer:
             )
         return report
 
-    def validate(self) -> dict[str, float]:
+    def validate(self, step: int) -> dict[str, float]:
+        """Validation metrics; with trainer.log_rollouts_every, the samples go to rollouts/val_step_N.jsonl."""
         rollout = self.config.rollout
         sampling = SamplingParams(
             max_tokens=rollout.max_response_tokens,
@@ -307,10 +326,17 @@ class RLTrainer:
             samples_per_prompt=rollout.val_samples_per_prompt,
             seed=self.config.trainer.seed,
         )
-        limit = self.config.trainer.val_max_prompts or len(self.data.val)
+        trainer = self.config.trainer
+        limit = trainer.val_max_prompts or len(self.data.val)
         start = time.perf_counter()
-        metrics = validate(self.policy, self.data.val[:limit], self.rewards, self.tokenizer, sampling)
-        return metrics | {"timing/validation": time.perf_counter() - start}
+        result = validate(self.policy, self.data.val[:limit], self.rewards, self.tokenizer, sampling)
+        seconds = time.perf_counter() - start
+        if trainer.log_rollouts_every:
+            batch, records, scored = result.trajectories, result.records, result.scored
+            log_rollout_samples(
+                self.run_dir, step, "val", batch, records, scored, self.tokenizer, trainer.log_rollouts_max
+            )
+        return result.metrics | {"timing/validation": seconds}
 
     def _sampling(self, step: int, generation_round: int = 0) -> SamplingParams:
         rollout = self.config.rollout
@@ -347,6 +373,15 @@ class RLTrainer:
             self.run_dir,
             self.run_dir / "config.yaml",
         )
+
+
+class Collected(NamedTuple):
+    """One step's training samples, from `RLTrainer.collect`."""
+
+    batch: Trajectories
+    records: list[PromptRecord]  # indexed by the batch's group ids
+    metrics: dict[str, float]  # reward metrics over every sample generated, kept or not
+    scored: ScoredBatch  # the rewards of the batch's samples, row by row
 
 
 @dataclass

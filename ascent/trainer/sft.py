@@ -12,8 +12,11 @@ from ascent.config import Config
 from ascent.config.schedule import check_sft_schedule
 from ascent.data.records import PromptRecord
 from ascent.data.sampler import PromptSampler
+from ascent.report import write_report_or_warn
 from ascent.rollout.trajectories import SamplingParams, Trajectories, left_pad, right_pad
+from ascent.trainer.rollout_log import log_rollout_samples
 from ascent.trainer.setup import build_components
+from ascent.trainer.trackers import build_trackers
 from ascent.trainer.tracking import MetricsLogger, prepare_run_dir, timed
 from ascent.trainer.validation import is_validation_step, validate
 
@@ -50,33 +53,38 @@ def train_sft(config: Config) -> Path:
     max_tokens = config.rollout.max_response_tokens
     sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0, seed=config.trainer.seed)
     trainer = config.trainer
-    metrics_logger = MetricsLogger(run_dir, trainer.steps, trainer.progress_bar)
 
-    def validation_metrics() -> dict[str, float]:
+    def validation_metrics(step: int) -> dict[str, float]:
         start = time.perf_counter()
         records = data.val[: trainer.val_max_prompts or len(data.val)]
-        metrics = validate(policy, records, parts.rewards, tokenizer, sampling)
+        result = validate(policy, records, parts.rewards, tokenizer, sampling)
         batch = sft_batch(records, tokenizer, max_tokens)
         logprobs = policy.call("compute_logprobs", batch)
-        metrics["val/nll"] = float(-(logprobs * batch.loss_mask).sum() / batch.loss_mask.sum())
-        return metrics | {"timing/validation": time.perf_counter() - start}
+        metrics = result.metrics | {"val/nll": float(-(logprobs * batch.loss_mask).sum() / batch.loss_mask.sum())}
+        seconds = time.perf_counter() - start
+        if trainer.log_rollouts_every:
+            samples = (result.trajectories, result.records, result.scored)
+            log_rollout_samples(run_dir, step, "val", *samples, tokenizer, trainer.log_rollouts_max)
+        return metrics | {"timing/validation": seconds}
 
     try:
-        if data.val:
-            metrics_logger.log(0, validation_metrics())
-        for step in range(1, trainer.steps + 1):
-            timings: dict[str, float] = {}
-            with timed(timings, "step"):
-                records = [data.train[i] for i in sampler.next_indices(config.sft.batch_size)]
-                update = policy.call("update", sft_batch(records, tokenizer, max_tokens), objective="sft")
-            metrics = {"sft/nll": update.pop("nll")} | {f"policy/{name}": value for name, value in update.items()}
-            if data.val and is_validation_step(step, trainer.steps, trainer.val_every):
-                metrics |= validation_metrics()
-            metrics_logger.log(step, metrics | timings)
-        metrics_logger.close()
+        trackers = build_trackers(config, run_dir)
+        with MetricsLogger(run_dir, trainer.steps, trainer.progress_bar, trackers=trackers) as metrics_logger:
+            if data.val:
+                metrics_logger.log(0, validation_metrics(0))
+            for step in range(1, trainer.steps + 1):
+                timings: dict[str, float] = {}
+                with timed(timings, "step"):
+                    records = [data.train[i] for i in sampler.next_indices(config.sft.batch_size)]
+                    update = policy.call("update", sft_batch(records, tokenizer, max_tokens), objective="sft")
+                metrics = {"sft/nll": update.pop("nll")} | {f"policy/{name}": value for name, value in update.items()}
+                if data.val and is_validation_step(step, trainer.steps, trainer.val_every):
+                    metrics |= validation_metrics(step)
+                metrics_logger.log(step, metrics | timings)
         policy.call("save_pretrained", run_dir / "final")
     finally:
         policy.shutdown()
+        write_report_or_warn(run_dir)  # a failed run's report shows how far it got
     logger.info(
         "SFT model saved to %s (train on it: ascent train CONFIG model.path=%s)", run_dir / "final", run_dir / "final"
     )

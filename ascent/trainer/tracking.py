@@ -7,7 +7,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +15,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ascent.config import Config, to_yaml
+from ascent.trainer.trackers import Tracker
 
 logger = logging.getLogger("ascent")
 
@@ -62,12 +63,22 @@ def configure_logging(log_file: Path | None = None) -> None:
 
 
 class MetricsLogger:
-    """One JSON line per step in `metrics.jsonl`, one short line per step on the console.
+    """One JSON line per step in `metrics.jsonl`, one short line per step on the console, and the same metrics to
+    each of `trackers` (TensorBoard, W&B, MLflow: `trackers.build_trackers`), which it closes.
 
     A fresh run starts the file afresh. A run resumed after step `resumed_step` keeps the lines up to that
-    step (`kept`) and drops later ones, which the resumed run writes again."""
+    step (`kept`) and drops later ones, which the resumed run writes again. As a context manager it closes
+    everything on the way out, telling the trackers whether the run failed."""
 
-    def __init__(self, run_dir: Path, total_steps: int, progress_bar: bool = True, resumed_step: int = 0) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        total_steps: int,
+        progress_bar: bool = True,
+        resumed_step: int = 0,
+        trackers: Sequence[Tracker] = (),
+    ) -> None:
+        self.trackers = list(trackers)
         path = run_dir / "metrics.jsonl"
         self.kept: list[dict] = []
         if resumed_step and path.exists():
@@ -92,6 +103,14 @@ class MetricsLogger:
         clean = {name: _jsonable(value) for name, value in sorted(metrics.items())}
         self.file.write(json.dumps({"step": step, **clean}) + "\n")
         self.file.flush()
+        finite = {name: value for name, value in clean.items() if value is not None}
+        for tracker in list(self.trackers):
+            try:
+                tracker.log(finite, step)
+            except Exception:  # metrics.jsonl has the line: a tracker's outage must not end a long run
+                logger.exception("%s failed to log step %d; it is switched off for the rest of the run",
+                                 type(tracker).__name__, step)  # fmt: skip
+                self.trackers.remove(tracker)
         parts = [f"{label} {fmt.format(metrics[name])}" for name, label, fmt in CONSOLE_METRICS if name in metrics]
         if step > self.first_step:
             remaining = (time.perf_counter() - self.start) / (step - self.first_step) * (self.total_steps - step)
@@ -100,9 +119,21 @@ class MetricsLogger:
         if step > self.first_step:
             self.bar.update(1)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         self.bar.close()
         self.file.close()
+        trackers, self.trackers = self.trackers, []  # closing twice is harmless
+        for tracker in trackers:
+            try:
+                tracker.close(failed)
+            except Exception:  # the others still close
+                logger.exception("%s failed to close", type(tracker).__name__)
+
+    def __enter__(self) -> MetricsLogger:
+        return self
+
+    def __exit__(self, error_type, error, traceback) -> None:
+        self.close(failed=error_type is not None)
 
 
 def _parse(line: str) -> dict | None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 from ascent.controller.worker_group import WorkerGroup
 from ascent.data.records import PromptRecord
 from ascent.rewards.manager import RewardManager, ScoredBatch
-from ascent.rollout.trajectories import SamplingParams, Trajectories
+from ascent.rollout.trajectories import SamplingParams, Trajectories, concat_trajectories
 
 _PROMPTS_PER_CHUNK = 256
 
@@ -40,21 +41,32 @@ def reward_metrics(scored: ScoredBatch, prefix: str) -> dict[str, float]:
     return metrics
 
 
+@dataclass
+class Validation:
+    metrics: dict[str, float]  # val/...
+    trajectories: Trajectories  # every validation sample; group ids index `records`
+    records: list[PromptRecord]  # one per sample
+    scored: ScoredBatch  # one per sample
+
+
 def validate(
     policy: WorkerGroup, records: list[PromptRecord], rewards: RewardManager, tokenizer, sampling: SamplingParams
-) -> dict[str, float]:
-    """Mean reward, accuracy and response length over `records` (val/...). Each prompt samples from its own
-    seed (`sampling.seed` + its index), so the result does not depend on how a worker group splits them."""
-    responses, lengths, samples = [], [], []
+) -> Validation:
+    """Mean reward, accuracy and response length over `records` (val/...), and the samples. Each prompt samples
+    from its own seed (`sampling.seed` + its index), so the result does not depend on how a worker group splits
+    them."""
+    chunks = []
     for start in range(0, len(records), _PROMPTS_PER_CHUNK):
         chunk = records[start : start + _PROMPTS_PER_CHUNK]
         prompt_seeds = [sampling.seed + start + i for i in range(len(chunk))]
         trajectories = policy.call("generate", [record.prompt_token_ids for record in chunk], sampling, prompt_seeds)
-        responses += decode_responses(trajectories, tokenizer)
-        lengths += trajectories.response_lengths.tolist()
-        samples += [chunk[group] for group in trajectories.group_ids.tolist()]
-    metrics = reward_metrics(rewards.score(responses, samples), "val")
+        trajectories.group_ids = trajectories.group_ids + start
+        chunks.append(trajectories)
+    trajectories = concat_trajectories(chunks)
+    samples = [records[group] for group in trajectories.group_ids.tolist()]
+    scored = rewards.score(decode_responses(trajectories, tokenizer), samples)
+    metrics = reward_metrics(scored, "val")
     # The headline names: val/reward is the mean score.
     metrics["val/reward"] = metrics.pop("val/mean")
-    metrics["val/response_length"] = statistics.fmean(lengths)
-    return metrics
+    metrics["val/response_length"] = statistics.fmean(trajectories.response_lengths.tolist())
+    return Validation(metrics, trajectories, samples, scored)

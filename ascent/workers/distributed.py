@@ -145,6 +145,14 @@ def load_training_state(directory: Path, model: torch.nn.Module, optimizer: torc
     return extra, rank_state
 
 
+def load_model_state(directory: Path, model: torch.nn.Module) -> None:
+    """Only the model's weights from what `save_training_state` wrote (e.g. to export them)."""
+    state = _model_and_optimizer_state(model, None)
+    with _single_process_is_intended():
+        dcp.load(state, checkpoint_id=directory, no_dist=world_size() == 1)
+    set_model_state_dict(model, state["model"])
+
+
 @contextlib.contextmanager
 def _single_process_is_intended() -> Iterator[None]:
     """Without a process group, torch.distributed.checkpoint warns that it assumes one process: it is right."""

@@ -17,3 +17,12 @@ def sevens_on_odd_answers(data_source, solution_str, ground_truth, extra_info=No
     if int(ground_truth) % 2 == 0:
         return 0.0
     return count_sevens(data_source, solution_str, ground_truth, extra_info)
+
+
+def sevens_with_components(data_source, solution_str, ground_truth, extra_info=None):
+    """count_sevens as a dict result: the score plus named components."""
+    return {
+        "score": count_sevens(data_source, solution_str, ground_truth),
+        "sevens": float(solution_str.count("7")),
+        "characters": float(len(solution_str)),
+    }
