@@ -369,9 +369,12 @@ class RLTrainer:
         logger.info(
             "run directory: %s\n  metrics.jsonl  one JSON line of metrics per step\n"
             "  config.yaml    the resolved config (rerun: ascent train %s)\n"
-            "  final/         the trained model, a Hugging Face directory (from_pretrained loads it)",
+            "  final/         the trained model, a Hugging Face directory (from_pretrained loads it)\n"
+            "  rollouts/      samples of train and validation steps, token by token\n"
+            "  report.html    curves and a rollout browser (serve it: ascent view %s)",
             self.run_dir,
             self.run_dir / "config.yaml",
+            self.run_dir,
         )
 
 
