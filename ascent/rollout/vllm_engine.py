@@ -36,9 +36,9 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from ascent.rollout.hf import eos_token_ids
+from ascent.rollout.hf import eos_token_ids, to_trajectories
 from ascent.rollout.sampling import mix64
-from ascent.rollout.stopping import StopStrings, StopStringsCache
+from ascent.rollout.stopping import StopStrings, StopStringsCache, response_ends
 from ascent.rollout.trajectories import SamplingParams, Trajectories, left_pad, right_pad
 
 KV_CACHE_TOKENS = 65536  # tokens of KV cache vLLM reserves (far below its GPU default of most free memory)
@@ -124,33 +124,19 @@ class VLLMRolloutEngine:
     def _to_trajectories(
         self, prompts: list[list[int]], completions: list, samples_per_prompt: int, stop_strings: StopStrings | None
     ) -> Trajectories:
-        """One row per completion (its EOS or stop string's last token included when it stopped), prompts
-        left-padded, responses right-padded. vLLM without a tokenizer cannot match stop strings, so a response
-        is cut here at the token that completes one (vLLM decoded on to its EOS or max_tokens)."""
-        responses, finish_reasons, logprobs = [], [], []
-        for completion in completions:
-            tokens = list(completion.token_ids)
+        """One row per completion, cut where the other engines cut it (`response_ends`): at its EOS, or at the token
+        that completes a stop string, which vLLM without a tokenizer cannot match itself (it decodes on)."""
+        tokens = [list(completion.token_ids) for completion in completions]
+        generated, _ = right_pad(tokens, self.pad_token_id)
+        logprobs = torch.zeros(generated.shape, dtype=torch.float32)
+        for row, (completion, row_tokens) in enumerate(zip(completions, tokens, strict=True)):
             assert completion.finish_reason in ("stop", "length"), completion.finish_reason
-            end = _stop_string_end(tokens, stop_strings) if stop_strings is not None else None
-            responses.append(tokens[:end])
-            finish_reasons.append("stop" if end is not None else completion.finish_reason)
-            steps = completion.logprobs[: len(responses[-1])]
-            logprobs.append([step[token].logprob for step, token in zip(steps, responses[-1], strict=True)])
+            picked = [step[token].logprob for step, token in zip(completion.logprobs, row_tokens, strict=True)]
+            logprobs[row, : len(picked)] = torch.tensor(picked, dtype=torch.float32)
         prompt_ids, prompt_mask = left_pad(prompts, self.pad_token_id)
-        response_ids, response_mask = right_pad(responses, self.pad_token_id)
-        rollout_logprobs = torch.zeros(response_ids.shape, dtype=torch.float32)
-        for row, picked in enumerate(logprobs):
-            rollout_logprobs[row, : len(picked)] = torch.tensor(picked, dtype=torch.float32)
-        return Trajectories(
-            prompt_ids=prompt_ids,
-            prompt_mask=prompt_mask,
-            response_ids=response_ids,
-            response_mask=response_mask,
-            loss_mask=response_mask.float(),
-            rollout_logprobs=rollout_logprobs,
-            group_ids=torch.arange(len(prompts) // samples_per_prompt).repeat_interleave(samples_per_prompt),
-            finish_reasons=finish_reasons,
-        )
+        ends = response_ends(generated, self.eos_token_ids, stop_strings)
+        pad = self.pad_token_id
+        return to_trajectories(prompt_ids, prompt_mask, generated, logprobs, samples_per_prompt, ends, pad)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load full tensors with the policy's (Hugging Face) names. vLLM fuses some of a decoder block's
@@ -253,12 +239,6 @@ def _reload_weights(llm, named_tensors: list[tuple[str, torch.Tensor]]) -> None:
         llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors, "is_checkpoint_format": True})
         llm.apply_model(repack_lm_head)
     llm.reset_prefix_cache()
-
-
-def _stop_string_end(tokens: list[int], stop_strings: StopStrings) -> int | None:
-    """Length of `tokens` up to the token that first completes a stop string; None when none does."""
-    candidates = stop_strings.could_complete(torch.tensor(tokens, dtype=torch.long)).nonzero().flatten().tolist()
-    return next((position + 1 for position in candidates if stop_strings.completed(tokens[: position + 1])), None)
 
 
 def _block_of(name: str) -> str | None:
